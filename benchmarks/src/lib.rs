@@ -1,0 +1,1 @@
+//! Shared helpers for Refract benchmarks (JSON-line output, RSS measurement).

@@ -1,0 +1,5 @@
+//! The `refract` command-line tool.
+
+fn main() {
+    println!("refract");
+}

@@ -1,0 +1,13 @@
+//! # refract-core
+//!
+//! The vocabulary every other Refract crate speaks:
+//!
+//! * row addresses (`fragment_id << 32 | offset`) and deletion vectors;
+//! * `RowAddrRemap`, the compact old-address → new-address map produced by a
+//!   compaction, and its chains;
+//! * `MappingReader`, the read contract for one fragment transition;
+//! * bounded translators (batches of at most 65,536 addresses) and the budgeted
+//!   materialized fallback for legacy `HashMap` remap APIs;
+//! * the shared byte-weighted cache and the common error type.
+//!
+//! This crate does no I/O.
