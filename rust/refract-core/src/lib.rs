@@ -11,3 +11,10 @@
 //! * the shared byte-weighted cache and the common error type.
 //!
 //! This crate does no I/O.
+
+pub mod error;
+
+pub use error::{Error, Result};
+pub mod cache;
+
+pub use cache::{ByteWeightedCache, CacheKey, CacheNamespace, DeepSize, KeyParts};

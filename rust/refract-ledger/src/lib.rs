@@ -4,3 +4,5 @@
 //! decoding with full validation (digests, row conservation, lineage), canonical
 //! encoding and fingerprints, and the feature flags plus write gate that fence
 //! tables carrying a version-1 history.
+
+pub mod flags;

@@ -5,3 +5,6 @@
 //! `data/`, deletion files under `_deletions/`, transactions and the
 //! put-if-absent commit protocol, scan/take/append/delete, index metadata and
 //! the `Session` that shares caches between dataset handles.
+
+pub mod io;
+pub mod predicate;

@@ -1,0 +1,1 @@
+//! Storage: object-store resolution, request counting, path validation, Lance files and deletion files.
