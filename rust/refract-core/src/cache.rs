@@ -185,9 +185,10 @@ impl ByteWeightedCache {
             })
             .await
             .map_err(|shared| clone_error(&shared))?;
-        entry.value.downcast::<T>().map_err(|_| {
-            Error::invalid_input("cache key reused for a value of a different type")
-        })
+        entry
+            .value
+            .downcast::<T>()
+            .map_err(|_| Error::invalid_input("cache key reused for a value of a different type"))
     }
 
     /// Removes `key`.

@@ -59,10 +59,7 @@ pub enum Error {
 
     /// An I/O or library failure while doing `context`.
     #[snafu(display("{context}: {source}"))]
-    External {
-        context: String,
-        source: BoxedError,
-    },
+    External { context: String, source: BoxedError },
 }
 
 /// Result alias used across Refract.
@@ -119,6 +116,12 @@ impl Error {
 
     /// True for a conflict that a retry against the latest version may resolve.
     pub fn is_retryable_conflict(&self) -> bool {
-        matches!(self, Error::Conflict { retryable: true, .. })
+        matches!(
+            self,
+            Error::Conflict {
+                retryable: true,
+                ..
+            }
+        )
     }
 }

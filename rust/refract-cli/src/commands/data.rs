@@ -1,0 +1,121 @@
+//! `append`, `delete` and `scan`.
+
+use arrow_array::RecordBatch;
+use refract_core::{Error, Result};
+use refract_table::dataset::{Dataset, OpenOptions, WriteOptions};
+
+use crate::args::RowFormat;
+use crate::output::render_rows;
+use crate::synthetic;
+
+/// Rows per fragment when `--fragment-rows` is not given.
+pub const DEFAULT_FRAGMENT_ROWS: u64 = 1_048_576;
+
+/// Opens `uri`, or creates it with the synthetic schema of `dim` dimensions.
+pub async fn open_or_create(uri: &str, dim: i32) -> Result<Dataset> {
+    match Dataset::open(uri).await {
+        Ok(dataset) => Ok(dataset),
+        Err(Error::NotFound { .. }) => {
+            Dataset::create(uri, synthetic::schema(dim), OpenOptions::default()).await
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Appends `rows` synthetic rows starting at id `start` to `dataset`.
+pub async fn append_synthetic(
+    dataset: &mut Dataset,
+    rows: u64,
+    fragment_rows: u64,
+    start: i64,
+    dim: i32,
+) -> Result<()> {
+    if fragment_rows == 0 {
+        return Err(Error::invalid_input("--fragment-rows must be positive"));
+    }
+    let options = WriteOptions {
+        max_rows_per_file: fragment_rows,
+        ..WriteOptions::default()
+    };
+    // Generate and append in slices so memory stays bounded on big appends;
+    // each slice is a whole number of fragments.
+    let slice_rows = fragment_rows.max(1).saturating_mul((DEFAULT_FRAGMENT_ROWS / fragment_rows).max(1));
+    let mut done = 0u64;
+    while done < rows {
+        let n = slice_rows.min(rows - done);
+        let batches = synthetic::batches(start + done as i64, n, n.min(65_536), dim)?;
+        dataset.append(batches, &options).await?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// `refract append`.
+pub async fn append(uri: &str, rows: u64, fragment_rows: Option<u64>, start: i64, dim: i32) -> Result<()> {
+    let mut dataset = open_or_create(uri, dim).await?;
+    let fragment_rows = fragment_rows.unwrap_or(DEFAULT_FRAGMENT_ROWS);
+    append_synthetic(&mut dataset, rows, fragment_rows, start, dim).await?;
+    println!(
+        "appended {rows} rows; version {}, {} fragments",
+        dataset.version(),
+        dataset.fragments().len()
+    );
+    Ok(())
+}
+
+/// `refract delete`.
+pub async fn delete(uri: &str, filter: &str) -> Result<()> {
+    let mut dataset = Dataset::open(uri).await?;
+    let result = dataset.delete(filter).await?;
+    println!(
+        "deleted {} rows; version {}",
+        result.rows_deleted,
+        dataset.version()
+    );
+    Ok(())
+}
+
+/// What `refract scan` reads.
+#[derive(Debug, Clone, Default)]
+pub struct ScanRequest {
+    /// Columns to project (all when `None`).
+    pub columns: Option<Vec<String>>,
+    /// Filter expression.
+    pub filter: Option<String>,
+    /// Maximum number of rows.
+    pub limit: Option<u64>,
+    /// Add `_rowaddr`.
+    pub with_row_address: bool,
+}
+
+/// Reads the rows `request` names.
+pub async fn read_rows(dataset: &Dataset, request: &ScanRequest) -> Result<RecordBatch> {
+    let mut scanner = dataset.scan();
+    if let Some(columns) = &request.columns {
+        let names: Vec<&str> = columns.iter().map(String::as_str).collect();
+        scanner = scanner.project(&names);
+    }
+    if let Some(filter) = &request.filter {
+        scanner = scanner.filter(filter)?;
+    }
+    if let Some(limit) = request.limit {
+        scanner = scanner.limit(limit);
+    }
+    if request.with_row_address {
+        scanner = scanner.with_row_address();
+    }
+    scanner.try_into_batch().await
+}
+
+/// `refract scan`.
+pub async fn scan(uri: &str, request: &ScanRequest, format: RowFormat) -> Result<()> {
+    let dataset = Dataset::open(uri).await?;
+    let rows = read_rows(&dataset, request).await?;
+    let text = render_rows(&[rows], format)?;
+    if format == RowFormat::Table {
+        println!("{text}");
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}

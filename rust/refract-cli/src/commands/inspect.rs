@@ -1,0 +1,96 @@
+//! `inspect` and `versions`.
+
+use refract_core::Result;
+use refract_table::dataset::Dataset;
+use serde_json::{json, Value};
+
+/// The JSON description `refract inspect --json` prints.
+pub fn describe(dataset: &Dataset) -> Value {
+    let manifest = dataset.manifest();
+    let fragments: Vec<Value> = manifest
+        .fragments
+        .iter()
+        .map(|fragment| {
+            json!({
+                "id": fragment.id,
+                "physical_rows": fragment.physical_rows,
+                "deleted_rows": fragment.num_deleted_rows(),
+                "data_files": fragment.files.iter().map(|file| file.path.to_string()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let indices: Vec<Value> = manifest
+        .indices
+        .iter()
+        .map(|index| {
+            json!({
+                "name": index.name,
+                "uuid": index.uuid.to_string(),
+                "type": index.index_type,
+                "fields": index.fields,
+                "fragments": index.fragment_bitmap.as_ref().map(|bitmap| bitmap.iter().collect::<Vec<u32>>()),
+                "system": index.is_system(),
+            })
+        })
+        .collect();
+    json!({
+        "uri": dataset.uri(),
+        "version": manifest.version,
+        "reader_flags": manifest.reader_flags,
+        "writer_flags": manifest.writer_flags,
+        "max_fragment_id": manifest.max_fragment_id,
+        "live_rows": manifest.fragments.iter().map(|f| f.live_rows()).sum::<u64>(),
+        "fragments": fragments,
+        "indices": indices,
+    })
+}
+
+/// `refract inspect`.
+pub async fn inspect(uri: &str, as_json: bool) -> Result<()> {
+    let dataset = Dataset::open(uri).await?;
+    let description = describe(&dataset);
+    if as_json {
+        println!("{description:#}");
+        return Ok(());
+    }
+    let manifest = dataset.manifest();
+    println!("dataset {} at version {}", dataset.uri(), manifest.version);
+    println!(
+        "flags: reader 0x{:x}, writer 0x{:x}",
+        manifest.reader_flags, manifest.writer_flags
+    );
+    println!("{:>8} {:>14} {:>12}  data files", "fragment", "physical_rows", "deleted_rows");
+    for fragment in &manifest.fragments {
+        let files: Vec<String> = fragment.files.iter().map(|f| f.path.to_string()).collect();
+        println!(
+            "{:>8} {:>14} {:>12}  {}",
+            fragment.id,
+            fragment.physical_rows,
+            fragment.num_deleted_rows(),
+            files.join(", ")
+        );
+    }
+    if manifest.indices.is_empty() {
+        println!("indices: none");
+    }
+    for index in &manifest.indices {
+        println!(
+            "index {} ({}) uuid {} on {:?}",
+            index.name, index.index_type, index.uuid, index.fields
+        );
+    }
+    Ok(())
+}
+
+/// `refract versions`.
+pub async fn versions(uri: &str) -> Result<()> {
+    let dataset = Dataset::open(uri).await?;
+    println!("{:>8}  {:>15}  operation", "version", "timestamp_ms");
+    for info in dataset.versions().await? {
+        println!(
+            "{:>8}  {:>15}  {}",
+            info.version, info.timestamp_ms, info.operation
+        );
+    }
+    Ok(())
+}

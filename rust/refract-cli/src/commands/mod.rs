@@ -1,0 +1,42 @@
+//! One module per subcommand; [`run`] dispatches.
+
+mod data;
+mod demo;
+mod inspect;
+
+use refract_core::Result;
+
+use crate::args::Command;
+
+/// Runs one parsed command, printing its output to stdout.
+pub async fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Demo { dir } => demo::run(dir).await,
+        Command::Append {
+            uri,
+            rows,
+            fragment_rows,
+            start,
+            dim,
+        } => data::append(&uri, rows, fragment_rows, start, dim).await,
+        Command::Delete { uri, filter } => data::delete(&uri, &filter).await,
+        Command::Scan {
+            uri,
+            columns,
+            filter,
+            limit,
+            with_row_address,
+            format,
+        } => {
+            let request = data::ScanRequest {
+                columns,
+                filter,
+                limit,
+                with_row_address,
+            };
+            data::scan(&uri, &request, format).await
+        }
+        Command::Inspect { uri, json } => inspect::inspect(&uri, json).await,
+        Command::Versions { uri } => inspect::versions(&uri).await,
+    }
+}

@@ -1,0 +1,7 @@
+//! The `refract` command-line tool as a library, so its commands can be tested
+//! in-process. `main.rs` only parses arguments and reports errors.
+
+pub mod args;
+pub mod commands;
+pub mod output;
+pub mod synthetic;
