@@ -18,3 +18,9 @@ pub use error::{Error, Result};
 pub mod cache;
 
 pub use cache::{ByteWeightedCache, CacheKey, CacheNamespace, DeepSize, KeyParts};
+
+pub mod address;
+pub mod deletion;
+
+pub use address::{row_address, RowAddress};
+pub use deletion::DeletionVector;
