@@ -4,3 +4,5 @@
 //! walking fragment lineage, translates stored row addresses hop by hop to live
 //! fragments, and caches decoded ledgers, mapping readers and row-map chunks in the
 //! session's shared index cache.
+
+pub mod rowmap;

@@ -1,0 +1,166 @@
+//! Committing compaction results, and `compact_files`, which plans, executes
+//! (in parallel) and commits in one call.
+
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use refract_core::{Error, Result};
+use refract_table::dataset::{CommitHook, Dataset};
+use refract_table::transaction::{Operation, RewriteGroup, Transaction};
+use serde::{Deserialize, Serialize};
+
+use super::execute::RewriteResult;
+use super::plan::{plan_compaction, CompactionPlan};
+use super::CompactionOptions;
+
+/// What a compaction run changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionMetrics {
+    /// Fragments replaced.
+    pub fragments_removed: u64,
+    /// Fragments written.
+    pub fragments_added: u64,
+    /// Data files replaced.
+    pub files_removed: u64,
+    /// Data files written.
+    pub files_added: u64,
+    /// The version the commit produced; `None` when nothing was committed.
+    pub committed_version: Option<u64>,
+}
+
+/// Progress of a running compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionProgress {
+    /// Tasks finished so far.
+    pub tasks_done: usize,
+    /// Tasks in the plan.
+    pub tasks_total: usize,
+    /// Rows read by finished tasks.
+    pub rows_done: u64,
+}
+
+/// Receives progress updates.
+pub type ProgressCallback = Arc<dyn Fn(CompactionProgress) + Send + Sync>;
+
+/// Commits the results of a plan's tasks, in any order and any subset, as one
+/// Rewrite. Each result replaces its run in place; new fragment ids are assigned
+/// by the commit. An empty `results` commits nothing.
+pub async fn commit_compaction(
+    dataset: &Dataset,
+    results: Vec<RewriteResult>,
+    hook: Option<&dyn CommitHook>,
+) -> Result<(Dataset, CompactionMetrics)> {
+    let Some(read_version) = results.iter().map(|r| r.read_version).min() else {
+        return Ok((dataset.clone(), CompactionMetrics::default()));
+    };
+    check_disjoint(&results)?;
+    let mut metrics = CompactionMetrics::default();
+    let latest = dataset.checkout_latest().await?;
+    let mut groups = Vec::with_capacity(results.len());
+    for result in &results {
+        let new_fragments = result.new_fragments()?;
+        metrics.fragments_removed += result.old_fragment_ids.len() as u64;
+        metrics.files_removed += count_files(&latest, result, dataset);
+        metrics.fragments_added += new_fragments.len() as u64;
+        metrics.files_added += new_fragments.iter().map(|f| f.files.len() as u64).sum::<u64>();
+        groups.push(RewriteGroup {
+            old_fragment_ids: result.old_fragment_ids.clone(),
+            new_fragments,
+            surviving_old_addresses: Some(result.surviving_old_addresses.clone()),
+        });
+    }
+    let transaction = Transaction::new(
+        read_version,
+        Operation::Rewrite {
+            groups,
+            new_indices: Vec::new(),
+            removed_index_uuids: Vec::new(),
+        },
+    );
+    let committed = latest.commit_transaction(transaction, hook).await?;
+    metrics.committed_version = Some(committed.version());
+    Ok((committed, metrics))
+}
+
+/// Data files of the result's old fragments, looked up at the newest version
+/// that still has them.
+fn count_files(latest: &Dataset, result: &RewriteResult, fallback: &Dataset) -> u64 {
+    result
+        .old_fragment_ids
+        .iter()
+        .map(|id| {
+            latest
+                .fragments()
+                .iter()
+                .chain(fallback.fragments())
+                .find(|f| f.id == *id)
+                .map_or(1, |f| f.files.len() as u64)
+        })
+        .sum()
+}
+
+/// Two results may not rewrite the same fragment.
+fn check_disjoint(results: &[RewriteResult]) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for result in results {
+        for id in &result.old_fragment_ids {
+            if !seen.insert(*id) {
+                return Err(Error::invalid_input(format!(
+                    "fragment {id} is rewritten by more than one compaction result"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Executes every task of `plan`, `num_threads` at a time, reporting progress.
+pub async fn execute_plan(
+    dataset: &Dataset,
+    plan: &CompactionPlan,
+    progress: Option<ProgressCallback>,
+) -> Result<Vec<RewriteResult>> {
+    let parallelism = plan.options.num_threads.unwrap_or_else(default_parallelism).max(1);
+    let tasks_total = plan.tasks.len();
+    let mut done = 0usize;
+    let mut rows_done = 0u64;
+    let mut results = Vec::with_capacity(tasks_total);
+    let mut running = futures::stream::iter(plan.tasks.iter().map(|task| task.execute(dataset)))
+        .buffer_unordered(parallelism);
+    while let Some(result) = running.try_next().await? {
+        done += 1;
+        rows_done += result.rows_read;
+        if let Some(report) = &progress {
+            report(CompactionProgress {
+                tasks_done: done,
+                tasks_total,
+                rows_done,
+            });
+        }
+        results.push(result);
+    }
+    results.sort_by_key(|r| r.task_index);
+    Ok(results)
+}
+
+fn default_parallelism() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Plans, executes and commits one compaction run. An empty plan commits nothing
+/// and returns default metrics. On success `dataset` moves to the new version.
+pub async fn compact_files(
+    dataset: &mut Dataset,
+    options: &CompactionOptions,
+    hook: Option<&dyn CommitHook>,
+    progress: Option<ProgressCallback>,
+) -> Result<CompactionMetrics> {
+    let plan = plan_compaction(dataset, options)?;
+    if plan.is_empty() {
+        return Ok(CompactionMetrics::default());
+    }
+    let results = execute_plan(dataset, &plan, progress).await?;
+    let (committed, metrics) = commit_compaction(dataset, results, hook).await?;
+    *dataset = committed;
+    Ok(metrics)
+}

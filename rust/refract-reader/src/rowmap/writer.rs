@@ -1,0 +1,104 @@
+//! Writing a row map while a stable partition streams its sources.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, RecordBatch, UInt16Array};
+use arrow_schema::{DataType, Field, Schema};
+use bytes::Bytes;
+use refract_core::{Error, Result};
+use refract_table::io::lance_files::LanceFileWriter;
+use refract_table::io::paths::RelativePath;
+use refract_table::io::store::DatasetStore;
+use uuid::Uuid;
+
+use super::counts::{CountsMatrix, BLOCK_ROWS, MAX_DESTINATIONS};
+use super::{row_map_path, COUNTS_BUFFER_KEY, LABEL_COLUMN};
+
+/// Streams labels into `_fri/<map_id>/stable_partition.lance`, tracking the
+/// per-block histograms that become the counts matrix.
+pub struct RowMapWriter {
+    writer: LanceFileWriter,
+    path: RelativePath,
+    num_destinations: u32,
+    rows: u64,
+    histograms: Vec<Vec<u64>>,
+    schema: Arc<Schema>,
+}
+
+/// What [`RowMapWriter::finish`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenRowMap {
+    /// The file.
+    pub path: RelativePath,
+    /// Its size.
+    pub size_bytes: u64,
+    /// Rows per destination.
+    pub destination_rows: Vec<u64>,
+    /// Labels written.
+    pub num_rows: u64,
+}
+
+impl RowMapWriter {
+    /// Starts the row map of `map_id` with `num_destinations` destinations.
+    pub async fn create(store: &DatasetStore, map_id: &Uuid, num_destinations: u32) -> Result<Self> {
+        if num_destinations == 0 || num_destinations > MAX_DESTINATIONS {
+            return Err(Error::invalid_input(format!(
+                "a stable partition needs 1..={MAX_DESTINATIONS} destinations, got {num_destinations}"
+            )));
+        }
+        let schema = Arc::new(Schema::new(vec![Field::new(LABEL_COLUMN, DataType::UInt16, true)]));
+        let path = row_map_path(map_id)?;
+        let writer = LanceFileWriter::create(store, &path, schema.clone()).await?;
+        Ok(Self {
+            writer,
+            path,
+            num_destinations,
+            rows: 0,
+            histograms: Vec::new(),
+            schema,
+        })
+    }
+
+    /// Appends the labels of the next source rows (null = deleted row).
+    pub async fn push(&mut self, labels: UInt16Array) -> Result<()> {
+        let width = self.num_destinations as usize;
+        for (i, label) in labels.iter().enumerate() {
+            let row = self.rows + i as u64;
+            let block = (row / u64::from(BLOCK_ROWS)) as usize;
+            if block == self.histograms.len() {
+                self.histograms.push(vec![0; width]);
+            }
+            if let Some(label) = label {
+                let slot = self
+                    .histograms
+                    .get_mut(block)
+                    .and_then(|histogram| histogram.get_mut(usize::from(label)))
+                    .ok_or_else(|| {
+                        Error::invalid_input(format!(
+                            "label {label} is not below the destination count {width}"
+                        ))
+                    })?;
+                *slot += 1;
+            }
+        }
+        self.rows += labels.len() as u64;
+        let batch = RecordBatch::try_new(self.schema.clone(), vec![Arc::new(labels)])
+            .map_err(|e| Error::external("building a row-map batch", e))?;
+        self.writer.write(&batch).await
+    }
+
+    /// Writes the counts matrix and closes the file.
+    pub async fn finish(mut self) -> Result<WrittenRowMap> {
+        let counts = CountsMatrix::from_histograms(self.rows, self.num_destinations, &self.histograms)?;
+        let buffer = self.writer.add_global_buffer(Bytes::from(counts.encode()))?;
+        self.writer
+            .add_schema_metadata(COUNTS_BUFFER_KEY, &buffer.to_string());
+        let summary = self.writer.finish().await?;
+        Ok(WrittenRowMap {
+            path: self.path,
+            size_bytes: summary.size_bytes,
+            destination_rows: counts.totals(),
+            num_rows: self.rows,
+        })
+    }
+}
