@@ -1,0 +1,218 @@
+//! The index plugin contract: what every index type (built-in or third-party)
+//! implements, the queries a segment can answer and the results it returns.
+//!
+//! A type builds one *segment* from a stream of `(value, _rowaddr)` batches,
+//! opens it for searching, and rewrites it through a [`Translator`] when the
+//! fragments under it are rewritten (streaming remap, batches of at most
+//! [`MAX_TRANSLATION_BATCH`] addresses, never a per-row map).
+//!
+//! Third-party types that only know the legacy `HashMap` remap implement
+//! [`LegacyIndexPlugin`]; the framework serves them through the core's budgeted
+//! materialized fallback (see [`crate::registry`]).
+
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::DataType;
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use refract_core::{ByteWeightedCache, Result};
+use refract_table::io::{DatasetStore, RelativePath};
+use refract_table::predicate::Literal;
+use roaring::RoaringTreemap;
+use serde::{Deserialize, Serialize};
+
+pub use crate::translate::{Translator, MAX_TRANSLATION_BATCH};
+
+/// Distance metric of a vector index / kNN query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Squared Euclidean distance.
+    #[default]
+    L2,
+    /// 1 - cosine similarity.
+    Cosine,
+    /// Negative dot product (smaller is closer).
+    Dot,
+}
+
+/// Build parameters. Every field is optional; a type ignores the ones it does
+/// not use and documents its defaults.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IndexParams {
+    /// ivf_flat: number of k-means partitions.
+    pub partitions: Option<u32>,
+    /// ivf_flat: training sample rows per partition.
+    pub sample_rate: Option<u32>,
+    /// ivf_flat: k-means iterations.
+    pub max_iterations: Option<u32>,
+    /// ivf_flat: distance metric.
+    pub metric: Option<Metric>,
+    /// btree: rows per sorted page.
+    pub page_rows: Option<u32>,
+}
+
+/// A question a segment may be able to answer. Values are predicate literals,
+/// compared with the column's type (ints widen, floats compare as f64).
+#[derive(Debug, Clone, PartialEq)]
+pub enum IndexQuery {
+    /// `column = value`.
+    Equals(Literal),
+    /// `low <op> column <op> high`.
+    Range {
+        /// Lower bound.
+        low: Bound<Literal>,
+        /// Upper bound.
+        high: Bound<Literal>,
+    },
+    /// `column IN (values…)`.
+    InList(Vec<Literal>),
+    /// `column IS NULL`.
+    IsNull,
+    /// `contains(column, needle)` (case-sensitive substring).
+    Contains(String),
+    /// The `k` nearest vectors, probing `nprobes` partitions.
+    Nearest {
+        /// The query vector.
+        vector: Vec<f32>,
+        /// Results wanted.
+        k: usize,
+        /// Partitions probed.
+        nprobes: usize,
+        /// Distance metric (must match the index's).
+        metric: Metric,
+    },
+}
+
+/// What a segment search returns. Addresses are *stored* addresses: the ones
+/// in the segment's files, which a resolver may still have to translate.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SearchResult {
+    /// Exactly the rows (among the segment's stored rows) that match.
+    Exact(RoaringTreemap),
+    /// A superset of the matching rows; each must be rechecked against the column.
+    Candidates(RoaringTreemap),
+    /// Nearest rows with their distances, best first.
+    Scored(Vec<(u64, f32)>),
+}
+
+/// What an index type needs for I/O: the dataset store and the session cache.
+#[derive(Debug, Clone)]
+pub struct IndexContext {
+    /// The dataset root; every index file lives under `_indices/<uuid>/`.
+    pub store: DatasetStore,
+    /// The session's shared byte-weighted cache (index pages, lookups).
+    pub cache: ByteWeightedCache,
+}
+
+/// One index type. Implementations are stateless; segment state lives in the
+/// files under `dir` and in the returned details bytes.
+#[async_trait]
+pub trait IndexType: Send + Sync {
+    /// The stored type name: "btree", "bitmap", "ngram", "ivf_flat", ….
+    fn name(&self) -> &'static str;
+
+    /// On-disk layout version written by [`IndexType::build`] and [`IndexType::remap`].
+    fn index_version(&self) -> u32 {
+        0
+    }
+
+    /// True if the type can index a column of `data_type`.
+    fn supports(&self, data_type: &DataType) -> bool;
+
+    /// Builds a segment from batches with two columns, the value column (named
+    /// as the indexed column) and `_rowaddr` (UInt64), in scan order. Writes its
+    /// files under `dir` and returns type details (stored in
+    /// `IndexMetadata.details`).
+    async fn build(
+        &self,
+        ctx: &IndexContext,
+        dir: &RelativePath,
+        input: BoxStream<'_, Result<RecordBatch>>,
+        params: &IndexParams,
+    ) -> Result<Vec<u8>>;
+
+    /// Opens a segment written by `build` or `remap`. Bad files or details are
+    /// `Error::Corrupt`, missing files `Error::NotFound`.
+    async fn open(
+        &self,
+        ctx: &IndexContext,
+        dir: &RelativePath,
+        details: &[u8],
+    ) -> Result<Arc<dyn IndexSegmentReader>>;
+
+    /// Streaming remap: rewrites the segment at `old_dir` into `new_dir`,
+    /// translating every stored address through `translator` in batches of at
+    /// most [`MAX_TRANSLATION_BATCH`], dropping rows that translate to `None`.
+    /// Never materializes a per-row map. Returns the new details.
+    async fn remap(
+        &self,
+        ctx: &IndexContext,
+        old_dir: &RelativePath,
+        details: &[u8],
+        new_dir: &RelativePath,
+        translator: &dyn Translator,
+    ) -> Result<Vec<u8>>;
+}
+
+/// An opened segment.
+#[async_trait]
+pub trait IndexSegmentReader: Send + Sync {
+    /// True if [`IndexSegmentReader::search`] can answer `query`.
+    fn can_answer(&self, query: &IndexQuery) -> bool;
+
+    /// Answers `query` with stored addresses.
+    async fn search(&self, query: &IndexQuery) -> Result<SearchResult>;
+
+    /// Every stored address, ascending (diagnostics and tests).
+    async fn stored_addresses(&self) -> Result<RoaringTreemap>;
+}
+
+/// A third-party type that can build, open and search, but only remaps through
+/// a fully materialized `old → new` map (the legacy Lance API). The framework
+/// serves it with the core's budgeted fallback; a declined segment is skipped.
+#[async_trait]
+pub trait LegacyIndexPlugin: Send + Sync {
+    /// The stored type name.
+    fn name(&self) -> &'static str;
+
+    /// On-disk layout version.
+    fn index_version(&self) -> u32 {
+        0
+    }
+
+    /// True if the type can index a column of `data_type`.
+    fn supports(&self, data_type: &DataType) -> bool;
+
+    /// See [`IndexType::build`].
+    async fn build(
+        &self,
+        ctx: &IndexContext,
+        dir: &RelativePath,
+        input: BoxStream<'_, Result<RecordBatch>>,
+        params: &IndexParams,
+    ) -> Result<Vec<u8>>;
+
+    /// See [`IndexType::open`].
+    async fn open(
+        &self,
+        ctx: &IndexContext,
+        dir: &RelativePath,
+        details: &[u8],
+    ) -> Result<Arc<dyn IndexSegmentReader>>;
+
+    /// Legacy remap: a missing key means "unchanged", `Some(None)` means
+    /// deleted, `Some(Some(new))` moved.
+    async fn remap_legacy(
+        &self,
+        ctx: &IndexContext,
+        old_dir: &RelativePath,
+        details: &[u8],
+        new_dir: &RelativePath,
+        mapping: &HashMap<u64, Option<u64>>,
+    ) -> Result<Vec<u8>>;
+}
