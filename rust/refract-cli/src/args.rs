@@ -89,4 +89,75 @@ pub enum Command {
         /// Dataset URI.
         uri: String,
     },
+    /// Compact fragments (plan, execute and commit in one go).
+    Compact {
+        /// Dataset URI.
+        uri: String,
+        /// Compaction options.
+        #[command(flatten)]
+        options: CompactArgs,
+        /// Repeat until a round commits nothing; one line per round.
+        #[arg(long)]
+        until_noop: bool,
+        /// Print the metrics as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Plan a compaction and print the plan as JSON (for distributed execution).
+    CompactPlan {
+        /// Dataset URI.
+        uri: String,
+        /// Compaction options.
+        #[command(flatten)]
+        options: CompactArgs,
+    },
+    /// Execute one task of a plan and print its result as JSON.
+    CompactExec {
+        /// Dataset URI.
+        uri: String,
+        /// The plan file written by `compact-plan`.
+        plan: std::path::PathBuf,
+        /// Index of the task to run.
+        #[arg(long)]
+        task: usize,
+    },
+    /// Commit task results (in any order) as one compaction.
+    CompactCommit {
+        /// Dataset URI.
+        uri: String,
+        /// Result files written by `compact-exec`.
+        results: Vec<std::path::PathBuf>,
+        /// Print the metrics as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Compaction options shared by `compact` and `compact-plan`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CompactArgs {
+    /// Target rows per output fragment.
+    #[arg(long)]
+    pub target_rows: Option<u64>,
+    /// Most source fragments one run may rewrite.
+    #[arg(long)]
+    pub max_source_fragments: Option<u64>,
+    /// Most live source rows one run may rewrite.
+    #[arg(long)]
+    pub max_source_rows: Option<u64>,
+    /// Most source bytes one run may rewrite.
+    #[arg(long)]
+    pub max_source_bytes: Option<u64>,
+    /// Fragment ids never to rewrite.
+    #[arg(long, value_delimiter = ',')]
+    pub exclude: Vec<u64>,
+    /// Deleted fraction above which a fragment compacts itself.
+    #[arg(long)]
+    pub materialize_deletions_threshold: Option<f64>,
+    /// Do not rewrite fragments just to drop deleted rows.
+    #[arg(long)]
+    pub no_materialize_deletions: bool,
+    /// Leave indices untouched and record the rewrite in the FRI ledger.
+    #[arg(long)]
+    pub defer_index_remap: bool,
 }

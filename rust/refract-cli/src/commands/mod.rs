@@ -1,5 +1,6 @@
 //! One module per subcommand; [`run`] dispatches.
 
+mod compact;
 mod data;
 mod demo;
 mod inspect;
@@ -38,5 +39,16 @@ pub async fn run(command: Command) -> Result<()> {
         }
         Command::Inspect { uri, json } => inspect::inspect(&uri, json).await,
         Command::Versions { uri } => inspect::versions(&uri).await,
+        Command::Compact {
+            uri,
+            options,
+            until_noop,
+            json,
+        } => compact::compact(&uri, &options, until_noop, json).await,
+        Command::CompactPlan { uri, options } => compact::compact_plan(&uri, &options).await,
+        Command::CompactExec { uri, plan, task } => compact::compact_exec(&uri, &plan, task).await,
+        Command::CompactCommit { uri, results, json } => {
+            compact::compact_commit(&uri, &results, json).await
+        }
     }
 }

@@ -48,7 +48,7 @@ pub type ProgressCallback = Arc<dyn Fn(CompactionProgress) + Send + Sync>;
 pub async fn commit_compaction(
     dataset: &Dataset,
     results: Vec<RewriteResult>,
-    hook: Option<&dyn CommitHook>,
+    options: &CompactionOptions,
 ) -> Result<(Dataset, CompactionMetrics)> {
     let Some(read_version) = results.iter().map(|r| r.read_version).min() else {
         return Ok((dataset.clone(), CompactionMetrics::default()));
@@ -77,7 +77,8 @@ pub async fn commit_compaction(
             removed_index_uuids: Vec::new(),
         },
     );
-    let committed = latest.commit_transaction(transaction, hook).await?;
+    let hook = index_hook(options);
+    let committed = latest.commit_transaction(transaction, hook.as_deref()).await?;
     metrics.committed_version = Some(committed.version());
     Ok((committed, metrics))
 }
@@ -97,6 +98,12 @@ fn count_files(latest: &Dataset, result: &RewriteResult, fallback: &Dataset) -> 
                 .map_or(1, |f| f.files.len() as u64)
         })
         .sum()
+}
+
+/// The commit hook that keeps indices correct: inline remap, or (deferred) a
+/// ledger transition. Wired by the index and FRI layers.
+fn index_hook(_options: &CompactionOptions) -> Option<Box<dyn CommitHook>> {
+    None
 }
 
 /// Two results may not rewrite the same fragment.
@@ -152,7 +159,6 @@ fn default_parallelism() -> usize {
 pub async fn compact_files(
     dataset: &mut Dataset,
     options: &CompactionOptions,
-    hook: Option<&dyn CommitHook>,
     progress: Option<ProgressCallback>,
 ) -> Result<CompactionMetrics> {
     let plan = plan_compaction(dataset, options)?;
@@ -160,7 +166,7 @@ pub async fn compact_files(
         return Ok(CompactionMetrics::default());
     }
     let results = execute_plan(dataset, &plan, progress).await?;
-    let (committed, metrics) = commit_compaction(dataset, results, hook).await?;
+    let (committed, metrics) = commit_compaction(dataset, results, options).await?;
     *dataset = committed;
     Ok(metrics)
 }
