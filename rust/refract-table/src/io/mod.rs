@@ -1,1 +1,15 @@
 //! Storage: object-store resolution, request counting, path validation, Lance files and deletion files.
+
+pub mod counting;
+pub mod deletion_file;
+pub mod fault;
+pub mod lance_files;
+pub mod paths;
+pub mod store;
+
+pub use counting::{CountingStore, PrefixStats, RequestStats};
+pub use deletion_file::{read_deletion_file, write_deletion_file, DeletionFileRef};
+pub use fault::{CallKind, FaultInjectingStore, FaultMode};
+pub use lance_files::{LanceFileReader, LanceFileSummary, LanceFileWriter};
+pub use paths::{data_file_path, deletion_file_path, index_dir, manifest_path, RelativePath};
+pub use store::{DatasetStore, ObjectInfo};
