@@ -4,5 +4,36 @@
 //! decoding with full validation (digests, row conservation, lineage), canonical
 //! encoding and fingerprints, and the feature flags plus write gate that fence
 //! tables carrying a version-1 history.
+//!
+//! Reading: [`parse_details`] (version gate and external-reference checks, no
+//! I/O) then [`Ledger::from_content_bytes`]; or [`Ledger::decode`] with a
+//! synchronous reader. Writing: [`TransitionRecord::new`],
+//! [`Ledger::push_transition`], [`Ledger::remove_transitions`],
+//! [`Ledger::encode_details`]. See `docs/fri.md`.
 
 pub mod flags;
+
+mod bitmap;
+mod decode;
+mod encode;
+mod external;
+mod fingerprint;
+mod ledger;
+mod lineage;
+mod model;
+pub mod proto;
+mod validate;
+mod violation;
+mod wire;
+
+pub use decode::{
+    check_index_version, parse_details, ContentLocation, FRI_INDEX_VERSION_LEGACY,
+    FRI_INDEX_VERSION_TAGGED, MAX_SUPPORTED_FRI_INDEX_VERSION,
+};
+pub use encode::{external_path, EncodedDetails, EXTERNAL_FILE_NAME, MAX_INLINE_BYTES};
+pub use external::{fri_directory, ExternalContent, MAX_EXTERNAL_BYTES};
+pub use fingerprint::{fingerprint_hex, Fingerprint};
+pub use ledger::Ledger;
+pub use lineage::Lineage;
+pub use model::{lift_legacy, FragmentDigest, LegacyVersion, Mapping, TransitionRecord};
+pub use validate::{MAX_FRAGMENT_ID_EXCLUSIVE, MAX_PARTITION_DESTINATIONS, MAX_PHYSICAL_ROWS};
