@@ -24,3 +24,22 @@ pub mod deletion;
 
 pub use address::{row_address, RowAddress};
 pub use deletion::DeletionVector;
+pub mod chain;
+pub mod mapping;
+pub mod materialize;
+mod ranked;
+pub mod remap;
+pub mod translate;
+
+pub use chain::RemapChain;
+pub use mapping::{MappingReader, OrderedCompactionMapping};
+pub use materialize::{
+    estimate_hashmap_bytes, estimate_materialize_bytes, materialize, materialize_async,
+    MaterializeBudget, DEFAULT_MATERIALIZE_BUDGET_BYTES,
+};
+pub use ranked::RankedLayout;
+pub use remap::{CompactRemap, FragmentRows, RewriteGroupInput, RowAddrRemap};
+pub use translate::{
+    translate_all, translate_all_async, translate_stream, translate_stream_async, BatchTranslator,
+    Translator, MAX_TRANSLATION_BATCH,
+};

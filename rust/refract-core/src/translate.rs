@@ -1,0 +1,253 @@
+//! Translators: how index rewrites turn old row addresses into new ones.
+//!
+//! A translator answers a batch of addresses with one result per input position:
+//! `Some(new)` (an unaffected address maps to itself) or `None` (the row is gone).
+//! Callers never hand a translator more than [`MAX_TRANSLATION_BATCH`] addresses at
+//! once — bitmap compression can hide millions of rows behind a few bytes, and the
+//! drivers here keep the working set of a rewrite bounded whatever the input size.
+
+use std::sync::Arc;
+
+use crate::chain::RemapChain;
+use crate::error::Result;
+use crate::remap::{LookupCursor, RowAddrRemap};
+
+/// The most addresses a translator is given in one call.
+pub const MAX_TRANSLATION_BATCH: usize = 65_536;
+
+/// Synchronous address translation.
+pub trait Translator: Send + Sync {
+    /// Clears `out` and pushes one result per address of `batch`, in order: the new
+    /// address (the same one if unaffected) or `None` if the row is gone.
+    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()>;
+}
+
+/// Asynchronous address translation, for translators that read row maps from storage.
+#[async_trait::async_trait]
+pub trait BatchTranslator: Send + Sync {
+    /// Same contract as [`Translator::translate`].
+    async fn translate_batch(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()>;
+}
+
+#[async_trait::async_trait]
+impl<T: Translator + ?Sized> BatchTranslator for T {
+    async fn translate_batch(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        self.translate(batch, out)
+    }
+}
+
+impl Translator for RowAddrRemap {
+    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        out.clear();
+        out.reserve(batch.len());
+        let mut cursor = LookupCursor::default();
+        out.extend(
+            batch
+                .iter()
+                .map(|a| self.get_with(*a, &mut cursor).unwrap_or(Some(*a))),
+        );
+        Ok(())
+    }
+}
+
+impl Translator for RemapChain {
+    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        // An untouched address maps to itself, so `out` alone carries the state
+        // between steps: each step rewrites the live entries in place.
+        out.clear();
+        out.extend(batch.iter().map(|a| Some(*a)));
+        for step in self.steps() {
+            let mut cursor = LookupCursor::default();
+            for slot in out.iter_mut() {
+                if let Some(current) = *slot {
+                    if let Some(next) = step.get_with(current, &mut cursor) {
+                        *slot = next;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<T: Translator + ?Sized> Translator for Arc<T> {
+    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        (**self).translate(batch, out)
+    }
+}
+
+impl<T: Translator + ?Sized> Translator for &T {
+    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        (**self).translate(batch, out)
+    }
+}
+
+/// Translates `input` in batches of at most [`MAX_TRANSLATION_BATCH`], appending one
+/// result per input address to `out` (which is not cleared).
+pub fn translate_all<T: Translator + ?Sized>(
+    translator: &T,
+    input: &[u64],
+    out: &mut Vec<Option<u64>>,
+) -> Result<()> {
+    let mut buf = Vec::with_capacity(input.len().min(MAX_TRANSLATION_BATCH));
+    for chunk in input.chunks(MAX_TRANSLATION_BATCH) {
+        translator.translate(chunk, &mut buf)?;
+        out.extend_from_slice(&buf);
+    }
+    Ok(())
+}
+
+/// Streams `input` through `translator` in batches of at most
+/// [`MAX_TRANSLATION_BATCH`]; `sink` receives each batch's addresses and results.
+/// Memory is bounded by one batch whatever the length of `input`.
+pub fn translate_stream<T, I, F>(translator: &T, input: I, mut sink: F) -> Result<()>
+where
+    T: Translator + ?Sized,
+    I: IntoIterator<Item = u64>,
+    F: FnMut(&[u64], &[Option<u64>]) -> Result<()>,
+{
+    let mut iter = input.into_iter();
+    let mut batch = Vec::new();
+    let mut out = Vec::new();
+    while fill_batch(&mut iter, &mut batch) {
+        translator.translate(&batch, &mut out)?;
+        sink(&batch, &out)?;
+    }
+    Ok(())
+}
+
+/// Async [`translate_all`].
+pub async fn translate_all_async<T: BatchTranslator + ?Sized>(
+    translator: &T,
+    input: &[u64],
+    out: &mut Vec<Option<u64>>,
+) -> Result<()> {
+    let mut buf = Vec::with_capacity(input.len().min(MAX_TRANSLATION_BATCH));
+    for chunk in input.chunks(MAX_TRANSLATION_BATCH) {
+        translator.translate_batch(chunk, &mut buf).await?;
+        out.extend_from_slice(&buf);
+    }
+    Ok(())
+}
+
+/// Async [`translate_stream`].
+pub async fn translate_stream_async<T, I, F>(translator: &T, input: I, mut sink: F) -> Result<()>
+where
+    T: BatchTranslator + ?Sized,
+    I: IntoIterator<Item = u64>,
+    F: FnMut(&[u64], &[Option<u64>]) -> Result<()>,
+{
+    let mut iter = input.into_iter();
+    let mut batch = Vec::new();
+    let mut out = Vec::new();
+    while fill_batch(&mut iter, &mut batch) {
+        translator.translate_batch(&batch, &mut out).await?;
+        sink(&batch, &out)?;
+    }
+    Ok(())
+}
+
+/// Refills `batch` with up to [`MAX_TRANSLATION_BATCH`] addresses; false when empty.
+fn fill_batch(iter: &mut impl Iterator<Item = u64>, batch: &mut Vec<u64>) -> bool {
+    batch.clear();
+    batch.extend(iter.by_ref().take(MAX_TRANSLATION_BATCH));
+    !batch.is_empty()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::address::row_address as ra;
+    use crate::remap::tests::{group_a, group_b};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    /// Maps every address to itself and records each call's batch length.
+    #[derive(Default)]
+    pub(crate) struct CountingTranslator {
+        pub(crate) calls: AtomicUsize,
+        pub(crate) sizes: Mutex<Vec<usize>>,
+    }
+
+    impl Translator for CountingTranslator {
+        fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.sizes.lock().unwrap().push(batch.len());
+            out.clear();
+            out.extend(batch.iter().map(|a| Some(*a)));
+            Ok(())
+        }
+    }
+
+    const N: usize = 2 * MAX_TRANSLATION_BATCH + 1;
+
+    #[test]
+    fn translate_all_uses_three_bounded_calls() {
+        let t = CountingTranslator::default();
+        let input: Vec<u64> = (0..N as u64).collect();
+        let mut out = Vec::new();
+        translate_all(&t, &input, &mut out).unwrap();
+        assert_eq!(t.calls.load(Ordering::SeqCst), 3);
+        assert_eq!(*t.sizes.lock().unwrap(), vec![65_536, 65_536, 1]);
+        assert_eq!(out.len(), N);
+        assert!(out.iter().zip(&input).all(|(o, i)| *o == Some(*i)));
+    }
+
+    #[test]
+    fn translate_stream_uses_three_bounded_calls() {
+        let t = CountingTranslator::default();
+        let mut seen = 0usize;
+        translate_stream(&t, 0..N as u64, |batch, out| {
+            assert_eq!(batch.len(), out.len());
+            seen += batch.len();
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, N);
+        assert_eq!(*t.sizes.lock().unwrap(), vec![65_536, 65_536, 1]);
+    }
+
+    #[tokio::test]
+    async fn async_drivers_use_three_bounded_calls() {
+        let t = CountingTranslator::default();
+        let input: Vec<u64> = (0..N as u64).collect();
+        let mut out = Vec::new();
+        translate_all_async(&t, &input, &mut out).await.unwrap();
+        let mut seen = 0usize;
+        translate_stream_async(&t, input.iter().copied(), |b, _| {
+            seen += b.len();
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(out.len(), N);
+        assert_eq!(seen, N);
+        assert_eq!(
+            *t.sizes.lock().unwrap(),
+            vec![65_536, 65_536, 1, 65_536, 65_536, 1]
+        );
+    }
+
+    #[test]
+    fn remap_translator_maps_unaffected_to_themselves() {
+        let remap = RowAddrRemap::compact(vec![group_a(), group_b()]).unwrap();
+        let chain = RemapChain::from(remap.clone());
+        let input = [ra(9, 0), ra(4, 4), ra(4, 1), ra(7, 0), ra(4, 4), ra(4, 9)];
+        let want = vec![
+            Some(ra(9, 0)),
+            Some(ra(12, 0)),
+            None,
+            None,
+            Some(ra(12, 0)),
+            Some(ra(4, 9)),
+        ];
+        let mut out = vec![Some(1)];
+        remap.translate(&input, &mut out).unwrap();
+        assert_eq!(out, want);
+        chain.translate(&input, &mut out).unwrap();
+        assert_eq!(out, want);
+        let shared: Arc<dyn Translator> = Arc::new(chain);
+        shared.translate(&input, &mut out).unwrap();
+        assert_eq!(out, want);
+    }
+}
