@@ -5,6 +5,20 @@
 //! `data/`, deletion files under `_deletions/`, transactions and the
 //! put-if-absent commit protocol, scan/take/append/delete, index metadata and
 //! the `Session` that shares caches between dataset handles.
+//! The on-disk layout is described in `docs/format.md`.
 
+pub mod commit;
+pub mod dataset;
+pub mod format;
 pub mod io;
 pub mod predicate;
+pub mod session;
+pub mod transaction;
+
+pub use commit::CommitHook;
+pub use dataset::{
+    Dataset, DeleteResult, OpenOptions, Scanner, VersionInfo, WriteOptions, ROW_ADDRESS_COLUMN,
+};
+pub use format::{DataFile, DeletionFileRef, Fragment, IndexMetadata, Manifest};
+pub use session::Session;
+pub use transaction::{Operation, RewriteGroup, Transaction};

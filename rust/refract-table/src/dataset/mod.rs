@@ -1,0 +1,359 @@
+//! `Dataset`: an immutable snapshot handle (store + session + one manifest),
+//! and the operations on it. Writes return (or switch `self` to) the new version.
+
+mod delete;
+mod scan;
+mod take;
+mod versions;
+mod write;
+
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef;
+use refract_core::{CacheKey, CacheNamespace, DeepSize, DeletionVector, Error, KeyParts, Result};
+use refract_ledger::flags::ClientFeatures;
+
+use crate::commit::{self, CommitHook};
+use crate::format::{Fragment, Manifest};
+use crate::io::deletion_file::read_deletion_file;
+use crate::io::paths::VERSIONS_DIR;
+use crate::io::{manifest_path, DatasetStore, LanceFileReader, RelativePath};
+use crate::session::Session;
+use crate::transaction::{Operation, Transaction};
+
+pub use delete::DeleteResult;
+pub use scan::{Scanner, ROW_ADDRESS_COLUMN};
+pub use versions::VersionInfo;
+pub use write::WriteOptions;
+
+/// How to open (or create) a dataset.
+#[derive(Clone, Default)]
+pub struct OpenOptions {
+    /// Session to share caches with; a fresh default session when `None`.
+    pub session: Option<Arc<Session>>,
+    /// Version to check out; the latest when `None`.
+    pub version: Option<u64>,
+    /// Feature bits this client supports (tests use reduced sets).
+    pub features: ClientFeatures,
+    /// A pre-built store (tests: fault injection, counting); resolved from the URI when `None`.
+    pub store: Option<DatasetStore>,
+}
+
+/// An immutable snapshot of one dataset version.
+#[derive(Clone)]
+pub struct Dataset {
+    store: DatasetStore,
+    session: Arc<Session>,
+    manifest: Arc<Manifest>,
+    features: ClientFeatures,
+}
+
+impl std::fmt::Debug for Dataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dataset")
+            .field("uri", &self.store.uri())
+            .field("version", &self.manifest.version)
+            .field("fragments", &self.manifest.fragments.len())
+            .finish()
+    }
+}
+
+/// A deletion vector as a cache value.
+struct CachedDeletionVector(Arc<DeletionVector>);
+
+impl DeepSize for CachedDeletionVector {
+    fn deep_size_bytes(&self) -> usize {
+        self.0.bitmap().serialized_size() + std::mem::size_of::<DeletionVector>()
+    }
+}
+
+impl Dataset {
+    /// Creates an empty dataset (version 1) at `uri`; fails if one exists.
+    pub async fn create(uri: &str, schema: SchemaRef, options: OpenOptions) -> Result<Dataset> {
+        write::validate_table_schema(&schema)?;
+        let store = match options.store {
+            Some(store) => store,
+            None => DatasetStore::open(uri, true).await?,
+        };
+        let session = options.session.unwrap_or_default();
+        if !list_versions(&store).await?.is_empty() {
+            return Err(Error::invalid_input(format!(
+                "a dataset already exists at {uri}"
+            )));
+        }
+        let manifest = Manifest {
+            version: 1,
+            schema,
+            fragments: Vec::new(),
+            max_fragment_id: 0,
+            reader_flags: 0,
+            writer_flags: 0,
+            indices: Vec::new(),
+            timestamp_ms: chrono::Utc::now().timestamp_millis(),
+            transaction: None,
+        };
+        if !store
+            .put_if_absent(&manifest_path(1), manifest.encode()?)
+            .await?
+        {
+            return Err(Error::invalid_input(format!(
+                "a dataset already exists at {uri}"
+            )));
+        }
+        let dataset = Dataset {
+            store,
+            session,
+            manifest: Arc::new(manifest),
+            features: options.features,
+        };
+        Ok(dataset.publish_cached(dataset.manifest.clone()).await)
+    }
+
+    /// Opens the latest version at `uri` with default options.
+    pub async fn open(uri: &str) -> Result<Dataset> {
+        Self::open_with(uri, OpenOptions::default()).await
+    }
+
+    /// Opens `uri`; refuses versions whose reader flags this client does not support.
+    pub async fn open_with(uri: &str, options: OpenOptions) -> Result<Dataset> {
+        let store = match options.store {
+            Some(store) => store,
+            None => DatasetStore::open(uri, false).await?,
+        };
+        let probe = Dataset {
+            store,
+            session: options.session.unwrap_or_default(),
+            // Placeholder until the real manifest is loaded below; never escapes.
+            manifest: Arc::new(placeholder_manifest()),
+            features: options.features,
+        };
+        let version = match options.version {
+            Some(version) => version,
+            None => probe.latest_version().await?,
+        };
+        probe.checkout_version(version).await
+    }
+
+    /// The URI the dataset was opened with.
+    pub fn uri(&self) -> &str {
+        self.store.uri()
+    }
+
+    /// The dataset's store.
+    pub fn store(&self) -> &DatasetStore {
+        &self.store
+    }
+
+    /// The session shared by handles of this dataset.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
+    /// The client feature set this handle checks flags against.
+    pub fn features(&self) -> ClientFeatures {
+        self.features
+    }
+
+    /// The manifest of this version.
+    pub fn manifest(&self) -> &Arc<Manifest> {
+        &self.manifest
+    }
+
+    /// This handle's version.
+    pub fn version(&self) -> u64 {
+        self.manifest.version
+    }
+
+    /// The table schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.manifest.schema.clone()
+    }
+
+    /// Fragments in scan order.
+    pub fn fragments(&self) -> &[Fragment] {
+        &self.manifest.fragments
+    }
+
+    /// The highest committed version (listed, not cached).
+    pub async fn latest_version(&self) -> Result<u64> {
+        list_versions(&self.store)
+            .await?
+            .last()
+            .copied()
+            .ok_or_else(|| Error::not_found(format!("no dataset at {}", self.store.uri())))
+    }
+
+    /// A handle on the latest version.
+    pub async fn checkout_latest(&self) -> Result<Dataset> {
+        let latest = self.latest_version().await?;
+        self.checkout_version(latest).await
+    }
+
+    /// A handle on `version`; refuses unsupported reader flags.
+    pub async fn checkout_version(&self, version: u64) -> Result<Dataset> {
+        let manifest = self.load_manifest(version).await?;
+        self.features.check_read(manifest.reader_flags)?;
+        Ok(self.with_manifest(manifest))
+    }
+
+    /// Commits `operation` computed against this version.
+    pub async fn commit(&self, operation: Operation) -> Result<Dataset> {
+        self.commit_transaction(Transaction::new(self.version(), operation), None)
+            .await
+    }
+
+    /// Commits a prepared transaction (rebased over concurrent commits when compatible).
+    pub async fn commit_transaction(
+        &self,
+        txn: Transaction,
+        hook: Option<&dyn CommitHook>,
+    ) -> Result<Dataset> {
+        commit::commit_transaction(self, txn, hook).await
+    }
+
+    /// The deletion vector of `fragment` (empty without a deletion file); cached in the session.
+    pub async fn deletion_vector(&self, fragment: &Fragment) -> Result<Arc<DeletionVector>> {
+        let Some(deletion) = &fragment.deletion_file else {
+            return Ok(Arc::new(DeletionVector::new()));
+        };
+        let key = CacheKey::new(
+            CacheNamespace::DeletionVector,
+            KeyParts::Path(format!("{}/{}", self.store.uri(), deletion.path)),
+        );
+        let store = self.store.clone();
+        let path = deletion.path.clone();
+        let physical_rows = fragment.physical_rows;
+        let expected = deletion.num_deleted_rows;
+        let cached = self
+            .session
+            .cache()
+            .get_or_try_insert(key, async move {
+                let vector = read_deletion_file(&store, &path, physical_rows).await?;
+                if vector.len() != expected {
+                    return Err(Error::corrupt(
+                        "deletion file",
+                        format!(
+                            "{path} holds {} offsets but the manifest records {expected}",
+                            vector.len()
+                        ),
+                    ));
+                }
+                Ok(CachedDeletionVector(Arc::new(vector)))
+            })
+            .await?;
+        Ok(cached.0.clone())
+    }
+
+    /// A reader over the fragment's data file.
+    pub async fn fragment_reader(&self, fragment: &Fragment) -> Result<LanceFileReader> {
+        let file = single_data_file(fragment)?;
+        LanceFileReader::open(&self.store, &file.path, Some(file.size_bytes)).await
+    }
+
+    /// Loads (through the session cache) and validates the manifest of `version`.
+    pub(crate) async fn load_manifest(&self, version: u64) -> Result<Arc<Manifest>> {
+        let key = manifest_key(&self.store, version);
+        let store = self.store.clone();
+        self.session
+            .cache()
+            .get_or_try_insert(key, async move {
+                let bytes = store.get(&manifest_path(version)).await?;
+                let manifest = Manifest::decode(&bytes)?;
+                if manifest.version != version {
+                    return Err(Error::corrupt(
+                        "manifest",
+                        format!(
+                            "{} records version {}",
+                            manifest_path(version),
+                            manifest.version
+                        ),
+                    ));
+                }
+                Ok(manifest)
+            })
+            .await
+    }
+
+    /// This handle's store and session on another manifest.
+    pub(crate) fn with_manifest(&self, manifest: Arc<Manifest>) -> Dataset {
+        Dataset {
+            store: self.store.clone(),
+            session: self.session.clone(),
+            manifest,
+            features: self.features,
+        }
+    }
+
+    /// A just-published manifest: cache it and return a handle on it.
+    pub(crate) async fn publish(&self, manifest: Manifest) -> Dataset {
+        self.publish_cached(Arc::new(manifest)).await
+    }
+
+    async fn publish_cached(&self, manifest: Arc<Manifest>) -> Dataset {
+        self.session
+            .cache()
+            .insert(
+                manifest_key(&self.store, manifest.version),
+                manifest.clone(),
+            )
+            .await;
+        self.with_manifest(manifest)
+    }
+}
+
+/// The data file of a single-file fragment (column groups are not written by this build).
+pub(crate) fn single_data_file(fragment: &Fragment) -> Result<&crate::format::DataFile> {
+    match fragment.files.as_slice() {
+        [file] => Ok(file),
+        files => Err(Error::not_supported(format!(
+            "fragment {} has {} data files; this build reads single-file fragments only",
+            fragment.id,
+            files.len()
+        ))),
+    }
+}
+
+fn manifest_key(store: &DatasetStore, version: u64) -> CacheKey {
+    CacheKey::new(
+        CacheNamespace::Manifest,
+        KeyParts::RootVersion {
+            root: store.uri().to_string(),
+            version,
+        },
+    )
+}
+
+/// Committed versions, ascending (names other than `{version:020}.manifest` are ignored).
+pub(crate) async fn list_versions(store: &DatasetStore) -> Result<Vec<u64>> {
+    let prefix = RelativePath::parse(VERSIONS_DIR)?;
+    let mut versions: Vec<u64> = store
+        .list(&prefix)
+        .await?
+        .iter()
+        .filter_map(|object| parse_manifest_name(object.path.file_name()))
+        .collect();
+    versions.sort_unstable();
+    Ok(versions)
+}
+
+fn parse_manifest_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".manifest")?;
+    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|version| *version > 0)
+}
+
+fn placeholder_manifest() -> Manifest {
+    Manifest {
+        version: 0,
+        schema: Arc::new(arrow_schema::Schema::empty()),
+        fragments: Vec::new(),
+        max_fragment_id: 0,
+        reader_flags: 0,
+        writer_flags: 0,
+        indices: Vec::new(),
+        timestamp_ms: 0,
+        transaction: None,
+    }
+}

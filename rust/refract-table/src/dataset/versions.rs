@@ -1,0 +1,110 @@
+//! Version history: listing, restore, and finding orphaned files.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use refract_core::{Error, Result};
+
+use super::{list_versions, Dataset};
+use crate::io::paths::{DATA_DIR, DELETIONS_DIR, INDICES_DIR};
+use crate::io::{index_dir, RelativePath};
+use crate::transaction::{Operation, Transaction};
+
+/// One committed version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionInfo {
+    /// The version number.
+    pub version: u64,
+    /// Commit time, ms since the epoch.
+    pub timestamp_ms: i64,
+    /// The operation that produced it ("Create" for version 1).
+    pub operation: String,
+}
+
+impl Dataset {
+    /// Every committed version, ascending.
+    pub async fn versions(&self) -> Result<Vec<VersionInfo>> {
+        let mut infos = Vec::new();
+        for version in list_versions(&self.store).await? {
+            let manifest = self.load_manifest(version).await?;
+            infos.push(VersionInfo {
+                version,
+                timestamp_ms: manifest.timestamp_ms,
+                operation: manifest
+                    .transaction
+                    .as_ref()
+                    .map_or("Create", |txn| txn.operation.name())
+                    .to_string(),
+            });
+        }
+        Ok(infos)
+    }
+
+    /// Commits a new version whose content equals this (older) checkout.
+    /// Feature flags are sticky and `max_fragment_id` never decreases.
+    pub async fn restore(&mut self) -> Result<()> {
+        let latest = self.checkout_latest().await?;
+        let txn = Transaction::new(
+            latest.version(),
+            Operation::Restore {
+                version: self.version(),
+            },
+        );
+        *self = latest.commit_transaction(txn, None).await?;
+        Ok(())
+    }
+
+    /// Data, deletion and index files that no version's manifest references and
+    /// that are older than `older_than` (younger ones may belong to a commit in
+    /// flight). Never returns a file a live version references; any unreadable
+    /// manifest is an error rather than a guess.
+    pub async fn list_orphan_files(&self, older_than: Duration) -> Result<Vec<RelativePath>> {
+        let referenced = self.referenced_paths().await?;
+        let cutoff = chrono::Utc::now()
+            - chrono::Duration::from_std(older_than)
+                .map_err(|_| Error::invalid_input("older_than is too large"))?;
+        let mut orphans = Vec::new();
+        for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR] {
+            for object in self.store.list(&RelativePath::parse(dir)?).await? {
+                if object.last_modified >= cutoff || is_referenced(&referenced, &object.path) {
+                    continue;
+                }
+                orphans.push(object.path);
+            }
+        }
+        orphans.sort();
+        Ok(orphans)
+    }
+
+    /// Paths (files, and index directories with a trailing `/`) referenced by any version.
+    async fn referenced_paths(&self) -> Result<HashSet<String>> {
+        let mut referenced = HashSet::new();
+        for version in list_versions(&self.store).await? {
+            let manifest = self.load_manifest(version).await?;
+            for fragment in &manifest.fragments {
+                for file in &fragment.files {
+                    referenced.insert(file.path.as_str().to_string());
+                }
+                if let Some(deletion) = &fragment.deletion_file {
+                    referenced.insert(deletion.path.as_str().to_string());
+                }
+            }
+            for index in &manifest.indices {
+                referenced.insert(index_dir(&index.uuid).as_str().to_string());
+            }
+        }
+        Ok(referenced)
+    }
+}
+
+fn is_referenced(referenced: &HashSet<String>, path: &RelativePath) -> bool {
+    if referenced.contains(path.as_str()) {
+        return true;
+    }
+    // Index files live under `_indices/<uuid>/`: referenced through their directory.
+    let mut segments = path.as_str().splitn(3, '/');
+    match (segments.next(), segments.next()) {
+        (Some(INDICES_DIR), Some(uuid)) => referenced.contains(&format!("{INDICES_DIR}/{uuid}/")),
+        _ => false,
+    }
+}

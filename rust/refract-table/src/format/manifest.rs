@@ -1,0 +1,213 @@
+//! The manifest: one immutable version of a dataset, and its protobuf codec.
+//!
+//! Decoding treats the bytes as untrusted: truncated or garbage input, paths
+//! that leave the root, duplicate or out-of-range fragment ids and inconsistent
+//! row counts are errors (`Corrupt` / `PathEscape`), never panics.
+
+use std::collections::HashSet;
+use std::io::Cursor;
+
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use arrow_schema::{Schema, SchemaRef};
+use bytes::Bytes;
+use prost::Message;
+use refract_core::{DeepSize, Error, Result};
+use refract_ledger::flags::check_fri_flag_pair;
+
+use super::fragment::{Fragment, MAX_FRAGMENT_ID};
+use super::index::IndexMetadata;
+use super::proto;
+use crate::transaction::Transaction;
+
+/// One version of a dataset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// The version (>= 1).
+    pub version: u64,
+    /// The table schema.
+    pub schema: SchemaRef,
+    /// Fragments in positional (scan) order.
+    pub fragments: Vec<Fragment>,
+    /// Highest fragment id ever assigned; never decreases.
+    pub max_fragment_id: u64,
+    /// Features a reader must support.
+    pub reader_flags: u64,
+    /// Features a writer must support.
+    pub writer_flags: u64,
+    /// Index segments.
+    pub indices: Vec<IndexMetadata>,
+    /// Commit time, ms since the epoch.
+    pub timestamp_ms: i64,
+    /// The transaction that produced this version (None for version 1).
+    pub transaction: Option<Transaction>,
+}
+
+impl Manifest {
+    /// The position of fragment `id` in the list.
+    pub fn fragment_position(&self, id: u64) -> Option<usize> {
+        self.fragments.iter().position(|fragment| fragment.id == id)
+    }
+
+    /// The fragment with `id`.
+    pub fn fragment(&self, id: u64) -> Option<&Fragment> {
+        self.fragments.iter().find(|fragment| fragment.id == id)
+    }
+
+    /// Rows a full scan returns.
+    pub fn live_rows(&self) -> u64 {
+        self.fragments.iter().map(Fragment::live_rows).sum()
+    }
+
+    /// Encodes to protobuf bytes (after checking the invariants, so an invalid
+    /// manifest is never published).
+    pub fn encode(&self) -> Result<Bytes> {
+        self.validate()?;
+        let message = proto::Manifest {
+            version: self.version,
+            schema: encode_schema(&self.schema)?,
+            fragments: self.fragments.iter().map(Fragment::to_proto).collect(),
+            max_fragment_id: self.max_fragment_id,
+            reader_flags: self.reader_flags,
+            writer_flags: self.writer_flags,
+            indices: self.indices.iter().map(IndexMetadata::to_proto).collect(),
+            timestamp_ms: self.timestamp_ms,
+            transaction: self.transaction.as_ref().map(Transaction::to_proto),
+        };
+        Ok(Bytes::from(message.encode_to_vec()))
+    }
+
+    /// Decodes and validates untrusted bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Manifest> {
+        let message = proto::Manifest::decode(bytes)
+            .map_err(|err| Error::corrupt("manifest", format!("protobuf decode failed: {err}")))?;
+        let manifest = Manifest {
+            version: message.version,
+            schema: decode_schema(&message.schema)?,
+            fragments: message
+                .fragments
+                .iter()
+                .map(Fragment::from_proto)
+                .collect::<Result<Vec<_>>>()?,
+            max_fragment_id: message.max_fragment_id,
+            reader_flags: message.reader_flags,
+            writer_flags: message.writer_flags,
+            indices: message
+                .indices
+                .iter()
+                .map(IndexMetadata::from_proto)
+                .collect::<Result<Vec<_>>>()?,
+            timestamp_ms: message.timestamp_ms,
+            transaction: message
+                .transaction
+                .as_ref()
+                .map(Transaction::from_proto)
+                .transpose()?,
+        };
+        manifest.validate()?;
+        Ok(manifest)
+    }
+
+    /// Structural invariants (feature support is checked by the client, not here).
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.version == 0 {
+            return Err(corrupt("version 0 is not a valid manifest version".into()));
+        }
+        if self.max_fragment_id > MAX_FRAGMENT_ID {
+            return Err(corrupt(format!(
+                "max_fragment_id {} exceeds {MAX_FRAGMENT_ID}",
+                self.max_fragment_id
+            )));
+        }
+        let mut seen = HashSet::with_capacity(self.fragments.len());
+        for fragment in &self.fragments {
+            fragment.validate()?;
+            if fragment.id == 0 {
+                return Err(corrupt(
+                    "fragment id 0 is reserved for unassigned fragments".into(),
+                ));
+            }
+            if !seen.insert(fragment.id) {
+                return Err(corrupt(format!("duplicate fragment id {}", fragment.id)));
+            }
+            if fragment.id > self.max_fragment_id {
+                return Err(corrupt(format!(
+                    "fragment id {} is above max_fragment_id {}",
+                    fragment.id, self.max_fragment_id
+                )));
+            }
+        }
+        let mut uuids = HashSet::with_capacity(self.indices.len());
+        for index in &self.indices {
+            if !uuids.insert(index.uuid) {
+                return Err(corrupt(format!("duplicate index uuid {}", index.uuid)));
+            }
+        }
+        check_fri_flag_pair(self.reader_flags, self.writer_flags)
+    }
+}
+
+impl DeepSize for Manifest {
+    fn deep_size_bytes(&self) -> usize {
+        let fragments: usize = self
+            .fragments
+            .iter()
+            .map(|fragment| {
+                std::mem::size_of::<Fragment>()
+                    + fragment
+                        .files
+                        .iter()
+                        .map(|file| 64 + file.path.as_str().len())
+                        .sum::<usize>()
+                    + fragment
+                        .deletion_file
+                        .as_ref()
+                        .map_or(0, |deletion| 32 + deletion.path.as_str().len())
+            })
+            .sum();
+        let indices: usize = self
+            .indices
+            .iter()
+            .map(|index| {
+                std::mem::size_of::<IndexMetadata>()
+                    + index.details.len()
+                    + index.name.len()
+                    + index
+                        .fields
+                        .iter()
+                        .map(|field| field.len() + 24)
+                        .sum::<usize>()
+                    + index
+                        .fragment_bitmap
+                        .as_ref()
+                        .map_or(0, |bitmap| bitmap.serialized_size())
+            })
+            .sum();
+        // The schema and transaction are small next to fragment lists; a fixed
+        // allowance per field keeps the estimate honest without walking them.
+        std::mem::size_of::<Manifest>() + fragments + indices + self.schema.fields().len() * 128
+    }
+}
+
+/// The schema as an Arrow IPC stream holding only the schema message.
+pub(crate) fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    let mut writer = StreamWriter::try_new(&mut buffer, schema)
+        .map_err(|err| Error::external("encoding the schema as Arrow IPC", err))?;
+    writer
+        .finish()
+        .map_err(|err| Error::external("encoding the schema as Arrow IPC", err))?;
+    drop(writer);
+    Ok(buffer)
+}
+
+/// Decodes an Arrow IPC schema stream (flatbuffers are verified by arrow).
+pub(crate) fn decode_schema(bytes: &[u8]) -> Result<SchemaRef> {
+    let reader = StreamReader::try_new(Cursor::new(bytes), None)
+        .map_err(|err| Error::corrupt("manifest", format!("schema does not decode: {err}")))?;
+    Ok(reader.schema())
+}
+
+fn corrupt(message: String) -> Error {
+    Error::corrupt("manifest", message)
+}
