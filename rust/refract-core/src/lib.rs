@@ -29,6 +29,8 @@ pub mod mapping;
 pub mod materialize;
 mod ranked;
 pub mod remap;
+#[cfg(test)]
+mod remap_props;
 pub mod translate;
 
 pub use chain::RemapChain;
