@@ -1,7 +1,7 @@
 //! One module per subcommand; [`run`] dispatches.
 
 mod compact;
-mod data;
+pub mod data;
 mod demo;
 mod inspect;
 
