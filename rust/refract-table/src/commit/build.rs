@@ -242,3 +242,147 @@ fn missing_fragment(id: u64) -> Error {
         true,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_schema::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::format::DataFile;
+    use crate::io::data_file_path;
+
+    fn fragment(id: u64, rows: u64) -> Fragment {
+        Fragment {
+            id,
+            files: vec![DataFile {
+                path: data_file_path(&format!("f{id}-{rows}.lance")).unwrap(),
+                size_bytes: 100,
+                num_rows: rows,
+            }],
+            physical_rows: rows,
+            deletion_file: None,
+        }
+    }
+
+    fn manifest(ids: &[u64], max: u64) -> Manifest {
+        Manifest {
+            version: 3,
+            schema: Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)])),
+            fragments: ids.iter().map(|id| fragment(*id, 10)).collect(),
+            max_fragment_id: max,
+            reader_flags: 0,
+            writer_flags: 0,
+            indices: vec![],
+            timestamp_ms: 0,
+            transaction: None,
+        }
+    }
+
+    fn ids(manifest: &Manifest) -> Vec<u64> {
+        manifest.fragments.iter().map(|f| f.id).collect()
+    }
+
+    fn build(base: &Manifest, operation: Operation) -> Result<Candidate> {
+        build_candidate(base, &Transaction::new(base.version, operation), None, 7)
+    }
+
+    #[test]
+    fn append_assigns_ids_above_the_high_water_mark() {
+        // Fragment 9 was removed earlier; its id is never reused.
+        let base = manifest(&[1, 2], 9);
+        let candidate = build(
+            &base,
+            Operation::Append {
+                fragments: vec![fragment(0, 5), fragment(0, 6)],
+            },
+        )
+        .unwrap();
+        assert_eq!(ids(&candidate.manifest), vec![1, 2, 10, 11]);
+        assert_eq!(candidate.manifest.max_fragment_id, 11);
+        assert_eq!(candidate.manifest.version, 4);
+        let Some(Transaction {
+            operation: Operation::Append { fragments },
+            ..
+        }) = &candidate.manifest.transaction
+        else {
+            panic!("append transaction recorded");
+        };
+        assert_eq!(
+            fragments.iter().map(|f| f.id).collect::<Vec<_>>(),
+            vec![10, 11]
+        );
+    }
+
+    #[test]
+    fn rewrite_groups_are_spliced_in_place() {
+        let base = manifest(&[1, 2, 3, 4, 5, 6], 6);
+        let group = |old: Vec<u64>, new: usize| RewriteGroup {
+            old_fragment_ids: old,
+            new_fragments: (0..new).map(|_| fragment(0, 3)).collect(),
+            surviving_old_addresses: None,
+        };
+        let candidate = build(
+            &base,
+            Operation::Rewrite {
+                groups: vec![group(vec![5, 6], 1), group(vec![2, 3], 2)],
+                new_indices: vec![],
+                removed_index_uuids: vec![],
+            },
+        )
+        .unwrap();
+        assert_eq!(ids(&candidate.manifest), vec![1, 8, 9, 4, 7]);
+        assert_eq!(candidate.assigned, vec![vec![7], vec![8, 9]]);
+    }
+
+    #[test]
+    fn rewrite_of_a_missing_fragment_is_retryable() {
+        let base = manifest(&[1, 3], 3);
+        let err = build(
+            &base,
+            Operation::Rewrite {
+                groups: vec![RewriteGroup {
+                    old_fragment_ids: vec![2],
+                    new_fragments: vec![],
+                    surviving_old_addresses: None,
+                }],
+                new_indices: vec![],
+                removed_index_uuids: vec![],
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(err.is_retryable_conflict(), "{err}");
+    }
+
+    #[test]
+    fn restore_keeps_the_high_water_mark_and_flags() {
+        let mut base = manifest(&[4, 5], 5);
+        base.reader_flags = FLAG_DELETION_FILES;
+        base.writer_flags = FLAG_DELETION_FILES;
+        let mut old = manifest(&[1], 1);
+        old.version = 1;
+        let txn = Transaction::new(3, Operation::Restore { version: 1 });
+        let candidate = build_candidate(&base, &txn, Some(&old), 7).unwrap();
+        assert_eq!(ids(&candidate.manifest), vec![1]);
+        assert_eq!(candidate.manifest.max_fragment_id, 5);
+        assert_eq!(candidate.manifest.reader_flags, FLAG_DELETION_FILES);
+        assert_eq!(candidate.manifest.version, 4);
+    }
+
+    #[test]
+    fn removing_an_absent_index_segment_is_retryable() {
+        let base = manifest(&[1], 1);
+        let err = build(
+            &base,
+            Operation::CreateIndex {
+                new_indices: vec![],
+                removed_index_uuids: vec![Uuid::new_v4()],
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(err.is_retryable_conflict(), "{err}");
+    }
+}

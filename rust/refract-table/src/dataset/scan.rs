@@ -3,6 +3,7 @@
 //! straight from the Lance readers; masks and address columns are built per
 //! batch with no per-row allocation.
 
+use std::collections::HashSet;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
@@ -43,8 +44,8 @@ pub struct Scanner {
 struct BatchPlan {
     /// Columns read from the files (output ∪ filter), in schema order.
     read_columns: Vec<String>,
-    /// Positions of the output columns within `read_columns`.
-    output_positions: Vec<usize>,
+    /// Output columns (before `_rowaddr`), in output order.
+    output_columns: Vec<String>,
     filter: Option<Arc<Expr>>,
     with_row_address: bool,
     output_schema: SchemaRef,
@@ -189,9 +190,10 @@ impl Scanner {
                 self.dataset.version()
             )));
         }
+        let wanted: HashSet<u64> = ids.iter().copied().collect();
         Ok(all
             .iter()
-            .filter(|fragment| ids.contains(&fragment.id))
+            .filter(|fragment| wanted.contains(&fragment.id))
             .cloned()
             .collect())
     }
@@ -234,18 +236,9 @@ impl Scanner {
                 read_columns.push(first.name().clone());
             }
         }
-        let output_positions = output
-            .iter()
-            .map(|column| {
-                read_columns
-                    .iter()
-                    .position(|read| read == column)
-                    .ok_or_else(|| Error::invalid_input(format!("column '{column}' not readable")))
-            })
-            .collect::<Result<Vec<_>>>()?;
         Ok(BatchPlan {
             read_columns,
-            output_positions,
+            output_columns: output,
             filter: self.filter.clone(),
             with_row_address: self.with_row_address,
             output_schema: Arc::new(Schema::new(output_fields)),
@@ -302,11 +295,18 @@ fn process_batch(
             None => matches,
         });
     }
-    let mut columns: Vec<ArrayRef> = plan
-        .output_positions
+    let mut columns = plan
+        .output_columns
         .iter()
-        .map(|position| batch.column(*position).clone())
-        .collect();
+        .map(|name| {
+            batch.column_by_name(name).cloned().ok_or_else(|| {
+                Error::corrupt(
+                    "data file",
+                    format!("column '{name}' missing from a scan batch"),
+                )
+            })
+        })
+        .collect::<Result<Vec<ArrayRef>>>()?;
     if plan.with_row_address {
         columns.push(Arc::new(row_addresses(fragment_id, start, rows)?));
     }

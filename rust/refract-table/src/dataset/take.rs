@@ -57,8 +57,7 @@ impl Dataset {
                     let reader = dataset.fragment_reader(&take.fragment).await?;
                     let names: Vec<&str> = columns.iter().map(String::as_str).collect();
                     let batch = reader.take(&take.offsets, Some(&names)).await?;
-                    RecordBatch::try_new(schema_of(&dataset, &columns)?, batch.columns().to_vec())
-                        .map_err(|err| Error::external("assembling a take result", err))
+                    relabel(&schema_of(&dataset, &columns)?, &batch)
                 }
             })
             .buffered(TAKE_PARALLELISM)
@@ -148,6 +147,24 @@ impl Dataset {
 fn schema_of(dataset: &Dataset, columns: &[String]) -> Result<SchemaRef> {
     let names: Vec<&str> = columns.iter().map(String::as_str).collect();
     dataset.projected_schema(Some(&names))
+}
+
+/// Re-labels a reader batch with the table's fields, picking columns by name.
+fn relabel(schema: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            batch.column_by_name(field.name()).cloned().ok_or_else(|| {
+                Error::corrupt(
+                    "data file",
+                    format!("column '{}' missing from a take result", field.name()),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|err| Error::external("assembling a take result", err))
 }
 
 fn missing_row(address: RowAddress, why: &str) -> Error {

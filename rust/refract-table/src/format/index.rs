@@ -1,6 +1,6 @@
 //! Index segment metadata: the Rust model of `IndexMetadata`.
 
-use refract_core::{Error, Result};
+use refract_core::{DeletionVector, Error, Result};
 use roaring::RoaringBitmap;
 use uuid::Uuid;
 
@@ -56,12 +56,16 @@ impl IndexMetadata {
             .fragment_bitmap
             .as_deref()
             .map(|bytes| {
-                RoaringBitmap::deserialize_from(bytes).map_err(|err| {
-                    Error::corrupt(
-                        "manifest",
-                        format!("fragment bitmap of index '{}': {err}", message.name),
-                    )
-                })
+                // The framing-checked decoder bounds allocations by the input
+                // size; ids range over u32 except the tombstone.
+                DeletionVector::from_bytes(bytes, u64::from(u32::MAX))
+                    .map(|decoded| decoded.bitmap().clone())
+                    .map_err(|err| {
+                        Error::corrupt(
+                            "manifest",
+                            format!("fragment bitmap of index '{}': {err}", message.name),
+                        )
+                    })
             })
             .transpose()?;
         Ok(IndexMetadata {
