@@ -1,8 +1,25 @@
 //! An object-store wrapper that counts every request, so tests and benchmarks can
 //! assert read amplification.
+//!
+//! Requests are attributed to the top-level directory of the object they touch
+//! (`data`, `_versions`, `_deletions`, `_indices`, ...), which is what read
+//! amplification assertions care about ("opening a dataset reads no data file").
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::fmt;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{
+    CopyMode, CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta,
+    ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    RenameTargetMode, UploadPart,
+};
 
 /// Requests and bytes attributed to one top-level directory of the dataset.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -16,25 +33,26 @@ pub struct PrefixStats {
 /// A snapshot of the request counter.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestStats {
-    /// Unconditional puts (including multipart part uploads).
+    /// Unconditional puts: single puts, multipart starts and each multipart part.
     pub puts: u64,
-    /// Put-if-absent / put-if-match requests.
+    /// Put-if-absent / put-if-match requests (and copies/renames that refuse to overwrite).
     pub conditional_puts: u64,
     /// Whole-object GETs.
     pub gets: u64,
-    /// Ranged GETs (and each range of a `get_ranges` call).
+    /// Ranged GETs (each range of a `get_ranges` call counts once).
     pub get_ranges: u64,
     /// HEAD requests.
     pub heads: u64,
-    /// LIST requests.
+    /// LIST requests (recursive, delimited or with offset).
     pub lists: u64,
-    /// DELETE requests.
+    /// DELETE requests (one per deleted path).
     pub deletes: u64,
     /// Bytes returned by GETs.
     pub bytes_read: u64,
     /// Bytes sent by puts.
     pub bytes_written: u64,
-    /// Per top-level directory (`data`, `_versions`, ...; `""` for root objects).
+    /// Per top-level directory (`data`, `_versions`, ...; `""` for objects at the root
+    /// and for listings of the whole store).
     pub by_prefix: BTreeMap<String, PrefixStats>,
 }
 
@@ -49,13 +67,78 @@ impl RequestStats {
             + self.lists
             + self.deletes
     }
+
+    /// Requests attributed to the top-level directory `dir` (0 when untouched).
+    pub fn requests_under(&self, dir: &str) -> u64 {
+        self.by_prefix.get(dir).map_or(0, |p| p.requests)
+    }
+}
+
+/// The kinds of request the counter distinguishes.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Put,
+    ConditionalPut,
+    Get,
+    GetRange,
+    Head,
+    List,
+    Delete,
+}
+
+/// Shared, lockable counters (shared with in-flight multipart uploads).
+#[derive(Debug, Default)]
+struct Counters(Mutex<RequestStats>);
+
+impl Counters {
+    fn lock(&self) -> MutexGuard<'_, RequestStats> {
+        // Counters stay meaningful even if a panicking test thread poisoned the lock.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn record(&self, kind: Kind, dir: String, bytes_read: u64, bytes_written: u64) {
+        let mut stats = self.lock();
+        match kind {
+            Kind::Put => stats.puts += 1,
+            Kind::ConditionalPut => stats.conditional_puts += 1,
+            Kind::Get => stats.gets += 1,
+            Kind::GetRange => stats.get_ranges += 1,
+            Kind::Head => stats.heads += 1,
+            Kind::List => stats.lists += 1,
+            Kind::Delete => stats.deletes += 1,
+        }
+        stats.bytes_read += bytes_read;
+        stats.bytes_written += bytes_written;
+        let prefix = stats.by_prefix.entry(dir).or_default();
+        prefix.requests += 1;
+        prefix.bytes_read += bytes_read;
+    }
+}
+
+/// The top-level directory holding the object at `location`; `""` for a root object.
+fn object_dir(location: &Path) -> String {
+    let mut parts = location.parts();
+    match (parts.next(), parts.next()) {
+        (Some(first), Some(_)) => first.as_ref().to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The top-level directory a listing of `prefix` covers; `""` for the whole store.
+fn prefix_dir(prefix: Option<&Path>) -> String {
+    prefix
+        .and_then(|p| p.parts().next())
+        .map(|first| first.as_ref().to_string())
+        .unwrap_or_default()
 }
 
 /// Wraps an object store and counts every call made through it.
 #[derive(Debug)]
 pub struct CountingStore<S> {
     inner: S,
-    stats: Arc<Mutex<RequestStats>>,
+    counters: Arc<Counters>,
 }
 
 impl<S> CountingStore<S> {
@@ -63,7 +146,7 @@ impl<S> CountingStore<S> {
     pub fn new(inner: S) -> Self {
         CountingStore {
             inner,
-            stats: Arc::new(Mutex::new(RequestStats::default())),
+            counters: Arc::new(Counters::default()),
         }
     }
 
@@ -74,11 +157,179 @@ impl<S> CountingStore<S> {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> RequestStats {
-        todo!()
+        self.counters.lock().clone()
     }
 
     /// Zeroes the counters.
     pub fn reset(&self) {
-        todo!()
+        *self.counters.lock() = RequestStats::default();
+    }
+}
+
+impl<S: fmt::Display> fmt::Display for CountingStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CountingStore({})", self.inner)
+    }
+}
+
+fn is_conditional(mode: &PutMode) -> bool {
+    !matches!(mode, PutMode::Overwrite)
+}
+
+#[async_trait]
+impl<S: ObjectStore> ObjectStore for CountingStore<S> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let kind = if is_conditional(&opts.mode) {
+            Kind::ConditionalPut
+        } else {
+            Kind::Put
+        };
+        let len = payload.content_length() as u64;
+        self.counters.record(kind, object_dir(location), 0, len);
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.counters.record(Kind::Put, object_dir(location), 0, 0);
+        let upload = self.inner.put_multipart_opts(location, opts).await?;
+        Ok(Box::new(CountingUpload {
+            inner: upload,
+            location: location.clone(),
+            counters: self.counters.clone(),
+        }))
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let kind = if options.head {
+            Kind::Head
+        } else if options.range.is_some() {
+            Kind::GetRange
+        } else {
+            Kind::Get
+        };
+        let head = options.head;
+        let result = self.inner.get_opts(location, options).await;
+        // Bytes come from the returned range so the body is not consumed here.
+        let bytes = match (&result, head) {
+            (Ok(r), false) => r.range.end.saturating_sub(r.range.start),
+            _ => 0,
+        };
+        self.counters.record(kind, object_dir(location), bytes, 0);
+        result
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        for range in ranges {
+            let len = range.end.saturating_sub(range.start);
+            self.counters
+                .record(Kind::GetRange, object_dir(location), len, 0);
+        }
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        let counters = self.counters.clone();
+        let counted = locations
+            .map(move |location| {
+                if let Ok(path) = &location {
+                    counters.record(Kind::Delete, object_dir(path), 0, 0);
+                }
+                location
+            })
+            .boxed();
+        self.inner.delete_stream(counted)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.counters.record(Kind::List, prefix_dir(prefix), 0, 0);
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.counters.record(Kind::List, prefix_dir(prefix), 0, 0);
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.counters.record(Kind::List, prefix_dir(prefix), 0, 0);
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        let kind = match options.mode {
+            CopyMode::Create => Kind::ConditionalPut,
+            CopyMode::Overwrite => Kind::Put,
+        };
+        self.counters.record(kind, object_dir(to), 0, 0);
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: RenameOptions,
+    ) -> object_store::Result<()> {
+        let kind = match options.target_mode {
+            RenameTargetMode::Create => Kind::ConditionalPut,
+            RenameTargetMode::Overwrite => Kind::Put,
+        };
+        self.counters.record(kind, object_dir(to), 0, 0);
+        self.inner.rename_opts(from, to, options).await
+    }
+}
+
+/// Counts the parts of a multipart upload.
+#[derive(Debug)]
+struct CountingUpload {
+    inner: Box<dyn MultipartUpload>,
+    location: Path,
+    counters: Arc<Counters>,
+}
+
+#[async_trait]
+impl MultipartUpload for CountingUpload {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        let len = data.content_length() as u64;
+        self.counters
+            .record(Kind::Put, object_dir(&self.location), 0, len);
+        self.inner.put_part(data)
+    }
+
+    async fn complete(&mut self) -> object_store::Result<PutResult> {
+        self.inner.complete().await
+    }
+
+    async fn abort(&mut self) -> object_store::Result<()> {
+        self.inner.abort().await
     }
 }

@@ -1,15 +1,41 @@
 //! `DatasetStore`: the object store rooted at one dataset.
+//!
+//! Every request for a dataset — including the ones Lance makes while reading and
+//! writing data files — goes through one [`CountingStore`] wrapped around the
+//! rooted store, so request counting and fault injection see all of them. Lance
+//! is handed the same store under a non-`file` URL scheme: with `file`, lance-io
+//! bypasses custom stores and does direct local I/O.
 
+use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use object_store::ObjectStore;
-use refract_core::Result;
+use futures::TryStreamExt;
+use lance_core::cache::LanceCache;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use refract_core::{Error, Result};
+use url::Url;
 
-use super::counting::RequestStats;
+use super::counting::{CountingStore, RequestStats};
 use super::paths::RelativePath;
+
+/// Block size given to lance-io: the local-disk default, so sparse takes read
+/// small ranges instead of coalescing into 64 KiB blocks.
+const LANCE_BLOCK_SIZE: usize = 4096;
+/// Concurrent requests lance-io may issue per file.
+const LANCE_IO_PARALLELISM: usize = 16;
+/// Retries lance-io makes on a failed download.
+const LANCE_DOWNLOAD_RETRIES: usize = 3;
+/// Bytes of Lance file metadata (footers, page chunk tables) cached per store.
+/// Entries are keyed by path, which is safe because data paths are never reused.
+const LANCE_METADATA_CACHE_BYTES: usize = 64 << 20;
+/// The URL under which lance-io sees our store (any scheme but `file`).
+const LANCE_STORE_URL: &str = "refract:///";
 
 /// One listed object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,8 +53,10 @@ pub struct ObjectInfo {
 #[derive(Clone)]
 pub struct DatasetStore {
     uri: String,
+    counting: Arc<CountingStore<Arc<dyn ObjectStore>>>,
     object_store: Arc<dyn ObjectStore>,
     lance_store: Arc<lance_io::object_store::ObjectStore>,
+    lance_cache: Arc<LanceCache>,
 }
 
 impl std::fmt::Debug for DatasetStore {
@@ -39,27 +67,142 @@ impl std::fmt::Debug for DatasetStore {
     }
 }
 
+/// In-memory stores by name, so two opens of `memory://x` share data.
+static MEMORY_STORES: LazyLock<Mutex<HashMap<String, Arc<InMemory>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn memory_store(name: &str) -> Arc<InMemory> {
+    // The registry only ever gains entries; a poisoned lock still holds valid stores.
+    let mut stores = MEMORY_STORES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    stores
+        .entry(name.to_string())
+        .or_insert_with(|| Arc::new(InMemory::new()))
+        .clone()
+}
+
+/// The scheme of `uri` when it has one (`memory`, `file`, `s3`, ...).
+fn scheme_of(uri: &str) -> Option<&str> {
+    let (scheme, _) = uri.split_once("://")?;
+    let valid = !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some(scheme)
+}
+
 impl DatasetStore {
-    /// Resolves a URI: a plain local path (default; created if missing when
+    /// Resolves a URI: a plain local path (default; relative paths are resolved
+    /// against the current directory; the directory is created if missing when
     /// `create` is true), `file:///abs/path`, or `memory://name` (a process-wide
-    /// registry of in-memory stores keyed by name).
+    /// registry of in-memory stores keyed by name, so two opens of `memory://x`
+    /// see the same data). Other schemes are InvalidInput naming the scheme.
+    ///
+    /// [`Self::uri`] of a local store is its canonical absolute path.
     pub async fn open(uri: &str, create: bool) -> Result<DatasetStore> {
-        let _ = (uri, create);
-        todo!()
+        match scheme_of(uri) {
+            Some("memory") => {
+                let name = &uri["memory://".len()..];
+                let store: Arc<dyn ObjectStore> = memory_store(name);
+                Ok(DatasetStore::from_object_store(store, uri))
+            }
+            Some("file") => {
+                let url = Url::parse(uri)
+                    .map_err(|e| Error::invalid_input(format!("invalid file URI {uri:?}: {e}")))?;
+                let path = url.to_file_path().map_err(|()| {
+                    Error::invalid_input(format!("file URI {uri:?} is not an absolute local path"))
+                })?;
+                Self::open_local(&path, create).await
+            }
+            Some(other) => Err(Error::invalid_input(format!(
+                "unsupported URI scheme {other:?} in {uri:?} (supported: local paths, file://, memory://)"
+            ))),
+            None => {
+                if uri.is_empty() {
+                    return Err(Error::invalid_input("dataset URI is empty"));
+                }
+                let path = FsPath::new(uri);
+                let absolute = if path.is_absolute() {
+                    path.to_path_buf()
+                } else {
+                    std::env::current_dir()
+                        .map_err(|e| Error::external("resolving the current directory", e))?
+                        .join(path)
+                };
+                Self::open_local(&absolute, create).await
+            }
+        }
     }
 
-    /// Wraps an arbitrary object store (rooted at the dataset root) as a dataset root.
+    async fn open_local(path: &FsPath, create: bool) -> Result<DatasetStore> {
+        if create {
+            tokio::fs::create_dir_all(path).await.map_err(|e| {
+                Error::external(format!("creating dataset directory {}", path.display()), e)
+            })?;
+        }
+        let canonical: PathBuf = match tokio::fs::canonicalize(path).await {
+            Ok(p) => p,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::not_found(format!(
+                    "dataset directory {} does not exist",
+                    path.display()
+                )))
+            }
+            Err(e) => {
+                return Err(Error::external(
+                    format!("resolving dataset directory {}", path.display()),
+                    e,
+                ))
+            }
+        };
+        if !canonical.is_dir() {
+            return Err(Error::invalid_input(format!(
+                "dataset root {} is not a directory",
+                canonical.display()
+            )));
+        }
+        let local = LocalFileSystem::new_with_prefix(&canonical).map_err(|e| {
+            Error::external(format!("opening local store at {}", canonical.display()), e)
+        })?;
+        let store: Arc<dyn ObjectStore> = Arc::new(local);
+        let uri = canonical.display().to_string();
+        Ok(DatasetStore::from_object_store(store, &uri))
+    }
+
+    /// Wraps an arbitrary object store, rooted at the dataset root, as a dataset
+    /// root (tests: fault injection, counting). Requests are counted from here on.
     pub fn from_object_store(store: Arc<dyn ObjectStore>, uri: &str) -> DatasetStore {
-        let _ = (store, uri);
-        todo!()
+        let counting = Arc::new(CountingStore::new(store));
+        let object_store: Arc<dyn ObjectStore> = counting.clone();
+        // Invariant: LANCE_STORE_URL is a constant, syntactically valid URL.
+        let url = Url::parse(LANCE_STORE_URL).expect("LANCE_STORE_URL is a valid URL");
+        let lance_store = lance_io::object_store::ObjectStore::new(
+            object_store.clone(),
+            url,
+            Some(LANCE_BLOCK_SIZE),
+            None,
+            false,
+            false,
+            LANCE_IO_PARALLELISM,
+            LANCE_DOWNLOAD_RETRIES,
+            None,
+        );
+        DatasetStore {
+            uri: uri.to_string(),
+            counting,
+            object_store,
+            lance_store: Arc::new(lance_store),
+            lance_cache: Arc::new(LanceCache::with_capacity(LANCE_METADATA_CACHE_BYTES)),
+        }
     }
 
-    /// The URI this store was opened with.
+    /// The URI this store was opened with (canonical absolute path for local stores).
     pub fn uri(&self) -> &str {
         &self.uri
     }
 
-    /// The rooted object store; paths are relative to the dataset root.
+    /// The rooted, counting object store; paths are relative to the dataset root.
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.object_store
     }
@@ -69,55 +212,124 @@ impl DatasetStore {
         &self.lance_store
     }
 
+    /// The Lance metadata cache shared by readers of this store.
+    pub(crate) fn lance_cache(&self) -> &LanceCache {
+        &self.lance_cache
+    }
+
     /// A snapshot of the request counter.
     pub fn stats(&self) -> RequestStats {
-        todo!()
+        self.counting.stats()
     }
 
     /// Zeroes the request counter.
     pub fn reset_stats(&self) {
-        todo!()
+        self.counting.reset()
     }
 
     /// Reads a whole object; NotFound when missing.
     pub async fn get(&self, path: &RelativePath) -> Result<Bytes> {
-        let _ = path;
-        todo!()
+        let result = self
+            .object_store
+            .get(&path.to_object_path())
+            .await
+            .map_err(|e| store_error("reading", path, e))?;
+        result
+            .bytes()
+            .await
+            .map_err(|e| store_error("reading", path, e))
     }
 
-    /// Reads a byte range of an object.
+    /// Reads a byte range of an object; NotFound when missing.
     pub async fn get_range(&self, path: &RelativePath, range: Range<u64>) -> Result<Bytes> {
-        let _ = (path, range);
-        todo!()
+        if range.start > range.end {
+            return Err(Error::invalid_input(format!(
+                "byte range {range:?} of {path} is reversed"
+            )));
+        }
+        self.object_store
+            .get_range(&path.to_object_path(), range)
+            .await
+            .map_err(|e| store_error("reading a range of", path, e))
     }
 
-    /// The size of an object.
+    /// The size of an object; NotFound when missing.
     pub async fn head(&self, path: &RelativePath) -> Result<u64> {
-        let _ = path;
-        todo!()
+        let meta = self
+            .object_store
+            .head(&path.to_object_path())
+            .await
+            .map_err(|e| store_error("reading the size of", path, e))?;
+        Ok(meta.size)
     }
 
-    /// Writes (overwrites) an object.
+    /// Writes (overwrites) an object atomically.
     pub async fn put(&self, path: &RelativePath, bytes: Bytes) -> Result<()> {
-        let _ = (path, bytes);
-        todo!()
+        self.object_store
+            .put(&path.to_object_path(), PutPayload::from_bytes(bytes))
+            .await
+            .map_err(|e| store_error("writing", path, e))?;
+        Ok(())
     }
 
-    /// Writes an object only if absent; `false` if it already existed. The commit primitive.
+    /// Writes an object only if absent; `false` if it already existed. The commit
+    /// primitive: atomic on every supported store, including local disk.
     pub async fn put_if_absent(&self, path: &RelativePath, bytes: Bytes) -> Result<bool> {
-        let _ = (path, bytes);
-        todo!()
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self
+            .object_store
+            .put_opts(
+                &path.to_object_path(),
+                PutPayload::from_bytes(bytes),
+                options,
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(store_error("writing (if absent)", path, e)),
+        }
     }
 
     /// Lists every object under `prefix` (recursively), sorted by path.
+    /// A listed key that is not a valid relative path is reported as PathEscape.
     pub async fn list(&self, prefix: &RelativePath) -> Result<Vec<ObjectInfo>> {
-        let _ = prefix;
-        todo!()
+        let metas: Vec<object_store::ObjectMeta> = self
+            .object_store
+            .list(Some(&prefix.to_object_path()))
+            .try_collect()
+            .await
+            .map_err(|e| store_error("listing", prefix, e))?;
+        let mut infos = metas
+            .into_iter()
+            .map(|meta| {
+                Ok(ObjectInfo {
+                    path: RelativePath::parse(meta.location.as_ref())?,
+                    size: meta.size,
+                    last_modified: meta.last_modified,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        infos.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(infos)
     }
 
     /// Deletes an object; a missing object is not an error.
     pub async fn delete(&self, path: &RelativePath) -> Result<()> {
-        let _ = path;
-        todo!()
+        match self.object_store.delete(&path.to_object_path()).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_error("deleting", path, e)),
+        }
+    }
+}
+
+/// Maps an object-store error: NotFound stays NotFound, everything else is External.
+pub(crate) fn store_error(action: &str, path: &RelativePath, err: object_store::Error) -> Error {
+    match err {
+        object_store::Error::NotFound { .. } => Error::not_found(format!("{path} does not exist")),
+        other => Error::external(format!("{action} {path}"), other),
     }
 }
