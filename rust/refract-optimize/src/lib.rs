@@ -3,3 +3,5 @@
 //! Table maintenance: compaction planning and execution that preserves order and
 //! always converges under source budgets, stable-partition rewrites,
 //! `remap_indices` to catch index segments up, and `trim_fri` to drain history.
+
+pub mod compaction;

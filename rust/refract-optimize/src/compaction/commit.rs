@@ -62,7 +62,10 @@ pub async fn commit_compaction(
         metrics.fragments_removed += result.old_fragment_ids.len() as u64;
         metrics.files_removed += count_files(&latest, result, dataset);
         metrics.fragments_added += new_fragments.len() as u64;
-        metrics.files_added += new_fragments.iter().map(|f| f.files.len() as u64).sum::<u64>();
+        metrics.files_added += new_fragments
+            .iter()
+            .map(|f| f.files.len() as u64)
+            .sum::<u64>();
         groups.push(RewriteGroup {
             old_fragment_ids: result.old_fragment_ids.clone(),
             new_fragments,
@@ -78,7 +81,9 @@ pub async fn commit_compaction(
         },
     );
     let hook = index_hook(options);
-    let committed = latest.commit_transaction(transaction, hook.as_deref()).await?;
+    let committed = latest
+        .commit_transaction(transaction, hook.as_deref())
+        .await?;
     metrics.committed_version = Some(committed.version());
     Ok((committed, metrics))
 }
@@ -127,7 +132,11 @@ pub async fn execute_plan(
     plan: &CompactionPlan,
     progress: Option<ProgressCallback>,
 ) -> Result<Vec<RewriteResult>> {
-    let parallelism = plan.options.num_threads.unwrap_or_else(default_parallelism).max(1);
+    let parallelism = plan
+        .options
+        .num_threads
+        .unwrap_or_else(default_parallelism)
+        .max(1);
     let tasks_total = plan.tasks.len();
     let mut done = 0usize;
     let mut rows_done = 0u64;

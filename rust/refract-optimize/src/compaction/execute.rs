@@ -113,7 +113,10 @@ impl CompactionTask {
             surviving
                 .append(addresses.values().iter().copied())
                 .map_err(|_| {
-                    Error::corrupt("scan", "row addresses of a compaction read are not ascending")
+                    Error::corrupt(
+                        "scan",
+                        "row addresses of a compaction read are not ascending",
+                    )
                 })?;
             rows_read += data.num_rows() as u64;
             outputs.write(&data).await?;
@@ -145,7 +148,9 @@ impl CompactionTask {
         let start = fragments
             .iter()
             .position(|f| f.id == *first)
-            .ok_or_else(|| Error::not_found(format!("fragment {first} at version {}", self.read_version)))?;
+            .ok_or_else(|| {
+                Error::not_found(format!("fragment {first} at version {}", self.read_version))
+            })?;
         let run = fragments
             .get(start..start + self.plan.fragment_ids.len())
             .ok_or_else(|| Error::invalid_input("compaction task runs past the fragment list"))?;

@@ -125,7 +125,9 @@ pub fn plan_from_json(text: &str) -> Result<CompactionPlan> {
             )));
         }
         if task.batch_size == 0 {
-            return Err(Error::invalid_input("compaction plan batch_size must be positive"));
+            return Err(Error::invalid_input(
+                "compaction plan batch_size must be positive",
+            ));
         }
     }
     Ok(plan)

@@ -1,0 +1,29 @@
+//! Compaction planning: which contiguous runs of fragments to rewrite, and into
+//! exactly which output sizes.
+//!
+//! The planner is pure (no I/O): [`plan_tasks`] takes fragment statistics in
+//! manifest order and [`CompactionOptions`] and returns [`TaskPlan`]s. The executor
+//! writes exactly the output sizes a plan names and replaces each run in place, so
+//! the order of rows never changes. `docs/compaction.md` states the rules and proves
+//! that repeated runs converge, also under source budgets.
+//!
+//! Modules: [`options`] (validation), [`candidates`] (candidacy), [`bins`] (bins and
+//! the lossless task split), [`balance`] (output sizes), [`budget`] (source budgets
+//! and budget cuts), [`planner`] (`plan_tasks`), [`simulate`] (a pure simulator and
+//! the execute-until-noop driver used by tests and benchmarks).
+
+pub mod balance;
+pub mod bins;
+pub mod budget;
+pub mod candidates;
+pub mod options;
+pub mod planner;
+pub mod simulate;
+
+#[cfg(test)]
+mod planner_tests;
+
+pub use candidates::{Candidacy, FragmentStats};
+pub use options::CompactionOptions;
+pub use planner::{plan_tasks, TaskPlan};
+pub use simulate::{execute_until_noop, simulate_run, Convergence};
