@@ -4,6 +4,8 @@
 //! under `_indices/<uuid>/`, the plugin trait for third-party types, streaming
 //! remap through bounded translators, and index-aware query execution.
 
+pub mod keys;
+pub mod posting;
 pub mod registry;
 pub mod translate;
 pub mod types;

@@ -50,7 +50,10 @@ impl IndexRegistry {
 
     /// The built-in types: btree, bitmap, ngram, ivf_flat.
     pub fn with_builtins() -> Self {
-        Self::empty()
+        let mut registry = Self::empty();
+        registry.register(Arc::new(crate::types::btree::BTreeIndexType));
+        registry.register(Arc::new(crate::types::bitmap::BitmapIndexType));
+        registry
     }
 
     /// Registers (or replaces) a streaming type under its name.

@@ -24,6 +24,9 @@ use refract_table::predicate::Literal;
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 
+pub mod bitmap;
+pub mod btree;
+
 pub use crate::translate::{Translator, MAX_TRANSLATION_BATCH};
 
 /// Distance metric of a vector index / kNN query.

@@ -1,0 +1,271 @@
+//! Searching a bitmap segment: the sorted key column is held in memory (cached
+//! in the session), postings are taken from the file only for matching keys.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use arrow_array::{Array, BinaryArray, RecordBatch};
+use arrow_schema::DataType;
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use refract_core::{CacheKey, CacheNamespace, DeepSize, Error, KeyParts, Result};
+use refract_table::io::{LanceFileReader, RelativePath};
+use roaring::RoaringTreemap;
+
+use super::{BitmapDetails, BITMAP_FILE, POSTING_COLUMN, VALUE_COLUMN};
+use crate::keys::{downcast, range_is_empty, Key, KeyColumn, KeyKind};
+use crate::posting;
+use crate::types::{IndexContext, IndexQuery, IndexSegmentReader, SearchResult};
+
+const WHAT: &str = "bitmap index";
+
+/// An opened bitmap segment.
+pub struct BitmapSegment {
+    inner: Option<Opened>,
+}
+
+struct Opened {
+    kind: KeyKind,
+    file: LanceFileReader,
+    /// Row of the null posting, if any (always row 0).
+    null_row: Option<u32>,
+    /// Non-null keys, ascending; `keys[i]` lives at row `i + first_key_row`.
+    keys: Vec<Key>,
+    first_key_row: u32,
+}
+
+impl DeepSize for BitmapSegment {
+    fn deep_size_bytes(&self) -> usize {
+        let keys = self.inner.as_ref().map_or(0, |o| {
+            o.keys.iter().map(|k| k.deep_size() as usize).sum::<usize>()
+        });
+        keys + 4096
+    }
+}
+
+/// Opens the segment at `dir`, sharing the decoded keys through the session cache.
+pub(crate) async fn open_cached(
+    ctx: &IndexContext,
+    dir: &RelativePath,
+    details: &BitmapDetails,
+) -> Result<Arc<BitmapSegment>> {
+    let path = dir.join(BITMAP_FILE)?;
+    let key = CacheKey::new(
+        CacheNamespace::IndexData,
+        KeyParts::Path(path.as_str().to_string()),
+    );
+    ctx.cache
+        .get_or_try_insert(key, open(ctx, dir, details))
+        .await
+}
+
+/// Opens without the cache.
+pub(crate) async fn open(
+    ctx: &IndexContext,
+    dir: &RelativePath,
+    details: &BitmapDetails,
+) -> Result<BitmapSegment> {
+    if details.num_keys == 0 {
+        return Ok(BitmapSegment { inner: None });
+    }
+    let file = LanceFileReader::open(&ctx.store, &dir.join(BITMAP_FILE)?, None).await?;
+    let value_type = check_schema(&file)?;
+    if file.num_rows() != details.num_keys || file.num_rows() > u64::from(u32::MAX) {
+        return Err(Error::corrupt(
+            WHAT,
+            format!(
+                "holds {} rows, details say {}",
+                file.num_rows(),
+                details.num_keys
+            ),
+        ));
+    }
+    let kind = KeyKind::of(&value_type)
+        .ok_or_else(|| Error::corrupt(WHAT, format!("unsupported value type {value_type}")))?;
+    let mut keys = Vec::new();
+    let mut null_row = None;
+    let mut row = 0u32;
+    for batch in file.read_all(Some(&[VALUE_COLUMN])).await? {
+        let column = batch
+            .column_by_name(VALUE_COLUMN)
+            .ok_or_else(|| Error::corrupt(WHAT, "missing value column"))?;
+        let values = KeyColumn::new(column)?;
+        for i in 0..values.len() {
+            match values.key_at(i) {
+                None if row == 0 => null_row = Some(0),
+                None => return Err(Error::corrupt(WHAT, "null key after the first row")),
+                Some(key) => {
+                    if keys.last().is_some_and(|prev| prev >= &key) {
+                        return Err(Error::corrupt(WHAT, "keys are not strictly ascending"));
+                    }
+                    keys.push(key);
+                }
+            }
+            row += 1;
+        }
+    }
+    Ok(BitmapSegment {
+        inner: Some(Opened {
+            kind,
+            file,
+            first_key_row: u32::from(null_row.is_some()),
+            null_row,
+            keys,
+        }),
+    })
+}
+
+/// Checks the file's columns and returns the value type.
+pub(crate) fn check_schema(file: &LanceFileReader) -> Result<DataType> {
+    let schema = file.schema();
+    let value = schema
+        .field_with_name(VALUE_COLUMN)
+        .map_err(|_| Error::corrupt(WHAT, "missing value column"))?;
+    let posting = schema
+        .field_with_name(POSTING_COLUMN)
+        .map_err(|_| Error::corrupt(WHAT, "missing posting column"))?;
+    if posting.data_type() != &DataType::Binary || KeyKind::of(value.data_type()).is_none() {
+        return Err(Error::corrupt(
+            WHAT,
+            format!(
+                "unexpected column types {} / {}",
+                value.data_type(),
+                posting.data_type()
+            ),
+        ));
+    }
+    Ok(value.data_type().clone())
+}
+
+/// Decodes every posting of a `posting` column batch, in row order.
+pub(crate) fn decode_postings(batch: &RecordBatch) -> Result<Vec<RoaringTreemap>> {
+    let column = batch
+        .column_by_name(POSTING_COLUMN)
+        .ok_or_else(|| Error::corrupt(WHAT, "missing posting column"))?;
+    let postings = downcast::<BinaryArray>(column)?;
+    if postings.null_count() > 0 {
+        return Err(Error::corrupt(WHAT, "null posting"));
+    }
+    postings
+        .iter()
+        .map(|bytes| posting::decode(bytes.unwrap_or_default(), WHAT))
+        .collect()
+}
+
+impl Opened {
+    /// File rows holding the postings `query` needs, ascending and distinct;
+    /// `None` if the query is not a bitmap query.
+    fn rows(&self, query: &IndexQuery) -> Option<Vec<u32>> {
+        let mut rows = match query {
+            IndexQuery::IsNull => self.null_row.into_iter().collect(),
+            IndexQuery::Equals(l) => self
+                .key_row(&self.kind.literal_key(l)?)
+                .into_iter()
+                .collect(),
+            IndexQuery::InList(list) => {
+                let mut rows = Vec::with_capacity(list.len());
+                for l in list {
+                    rows.extend(self.key_row(&self.kind.literal_key(l)?));
+                }
+                rows
+            }
+            IndexQuery::Range { low, high } => {
+                let (low, high) = self.kind.bound_keys(low, high)?;
+                self.range_rows(&low, &high)
+            }
+            IndexQuery::Contains(_) | IndexQuery::Nearest { .. } => return None,
+        };
+        rows.sort_unstable();
+        rows.dedup();
+        Some(rows)
+    }
+
+    fn key_row(&self, key: &Key) -> Option<u32> {
+        let i = self.keys.binary_search(key).ok()?;
+        // keys.len() < file rows <= u32::MAX (checked at open).
+        u32::try_from(i).ok().map(|i| i + self.first_key_row)
+    }
+
+    fn range_rows(&self, low: &Bound<Key>, high: &Bound<Key>) -> Vec<u32> {
+        if range_is_empty(low, high) {
+            return Vec::new();
+        }
+        let from = match low {
+            Bound::Unbounded => 0,
+            Bound::Included(k) => self.keys.partition_point(|x| x < k),
+            Bound::Excluded(k) => self.keys.partition_point(|x| x <= k),
+        };
+        let to = match high {
+            Bound::Unbounded => self.keys.len(),
+            Bound::Included(k) => self.keys.partition_point(|x| x <= k),
+            Bound::Excluded(k) => self.keys.partition_point(|x| x < k),
+        };
+        (from..to)
+            .filter_map(|i| u32::try_from(i).ok().map(|i| i + self.first_key_row))
+            .collect()
+    }
+
+    async fn union_postings(&self, rows: &[u32]) -> Result<RoaringTreemap> {
+        let mut found = RoaringTreemap::new();
+        for chunk in rows.chunks(super::ROWS_PER_BATCH) {
+            let batch = self.file.take(chunk, Some(&[POSTING_COLUMN])).await?;
+            for posting in decode_postings(&batch)? {
+                found |= posting;
+            }
+        }
+        Ok(found)
+    }
+}
+
+#[async_trait]
+impl IndexSegmentReader for BitmapSegment {
+    fn can_answer(&self, query: &IndexQuery) -> bool {
+        match &self.inner {
+            Some(opened) => opened.rows(query).is_some(),
+            None => matches!(
+                query,
+                IndexQuery::Equals(_)
+                    | IndexQuery::Range { .. }
+                    | IndexQuery::InList(_)
+                    | IndexQuery::IsNull
+            ),
+        }
+    }
+
+    async fn search(&self, query: &IndexQuery) -> Result<SearchResult> {
+        if !self.can_answer(query) {
+            return Err(Error::invalid_input(format!(
+                "a bitmap segment cannot answer {query:?}"
+            )));
+        }
+        let Some(opened) = &self.inner else {
+            return Ok(SearchResult::Exact(RoaringTreemap::new()));
+        };
+        let rows = opened.rows(query).unwrap_or_default();
+        Ok(SearchResult::Exact(opened.union_postings(&rows).await?))
+    }
+
+    async fn stored_addresses(&self) -> Result<RoaringTreemap> {
+        let mut all = RoaringTreemap::new();
+        let Some(opened) = &self.inner else {
+            return Ok(all);
+        };
+        let mut stream = opened
+            .file
+            .read_range(0..opened.file.num_rows(), Some(&[POSTING_COLUMN]), 256)
+            .await?;
+        while let Some(batch) = stream.try_next().await? {
+            for posting in decode_postings(&batch)? {
+                all |= posting;
+            }
+        }
+        Ok(all)
+    }
+}
+
+impl BitmapSegment {
+    /// Distinct non-null keys (tests and diagnostics).
+    pub fn keys(&self) -> &[Key] {
+        self.inner.as_ref().map_or(&[], |o| o.keys.as_slice())
+    }
+}
