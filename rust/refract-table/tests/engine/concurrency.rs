@@ -1,0 +1,244 @@
+//! Concurrent commits: rebase, merge, conflicts, ambiguous puts.
+
+use std::sync::Arc;
+
+use object_store::memory::InMemory;
+use refract_table::io::{CallKind, DatasetStore, FaultInjectingStore, FaultMode};
+use refract_table::{Dataset, OpenOptions, Operation, RewriteGroup, Transaction};
+use rstest::rstest;
+
+use crate::common::*;
+
+#[rstest]
+#[case::a_first(true)]
+#[case::b_first(false)]
+#[tokio::test]
+async fn concurrent_appenders_both_land(#[case] a_first: bool) {
+    let location = location(Backend::Memory);
+    let base = create_with_rows(&location.uri, 5, 10).await;
+    let mut a = Dataset::open(&location.uri).await.unwrap();
+    let mut b = Dataset::open(&location.uri).await.unwrap();
+    let (a_rows, b_rows) = (rows(100, 3), rows(200, 4));
+    if a_first {
+        a.append(vec![a_rows], &opts(10)).await.unwrap();
+        b.append(vec![b_rows], &opts(10)).await.unwrap();
+    } else {
+        b.append(vec![b_rows], &opts(10)).await.unwrap();
+        a.append(vec![a_rows], &opts(10)).await.unwrap();
+    }
+    let latest = base.checkout_latest().await.unwrap();
+    assert_eq!(latest.version(), 4);
+    let mut expected: Vec<i64> = (0..5).collect();
+    let (first, second): (Vec<i64>, Vec<i64>) = if a_first {
+        ((100..103).collect(), (200..204).collect())
+    } else {
+        ((200..204).collect(), (100..103).collect())
+    };
+    expected.extend(first);
+    expected.extend(second);
+    assert_eq!(scan_ids(&latest).await, expected);
+    assert_eq!(fragment_ids(&latest), vec![1, 2, 3]);
+}
+
+#[tokio::test]
+async fn concurrent_appends_in_parallel_all_land() {
+    let location = location(Backend::Memory);
+    let base = create(&location.uri).await;
+    let mut tasks = Vec::new();
+    for writer in 0..4i64 {
+        let mut handle = base.clone();
+        tasks.push(tokio::spawn(async move {
+            handle
+                .append(vec![rows(writer * 1000, 10)], &opts(100))
+                .await
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let latest = base.checkout_latest().await.unwrap();
+    assert_eq!(latest.version(), 5);
+    let mut ids = scan_ids(&latest).await;
+    ids.sort_unstable();
+    let mut expected: Vec<i64> = (0..4)
+        .flat_map(|writer| writer * 1000..writer * 1000 + 10)
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+}
+
+#[rstest]
+#[case::overlapping("id % 2 = 0", "id % 3 = 0")]
+#[case::together_empty_a_fragment("id < 15", "id >= 5 AND id < 20")]
+#[tokio::test]
+async fn concurrent_deletes_merge(#[case] first: &str, #[case] second: &str) {
+    let location = location(Backend::Memory);
+    create_with_rows(&location.uri, 40, 10).await;
+    let mut a = Dataset::open(&location.uri).await.unwrap();
+    let mut b = Dataset::open(&location.uri).await.unwrap();
+    a.delete(first).await.unwrap();
+    b.delete(second).await.unwrap();
+    assert_eq!(b.version(), 4);
+    let reference_location = crate::common::location(Backend::Memory);
+    let mut reference = create_with_rows(&reference_location.uri, 40, 10).await;
+    reference
+        .delete(&format!("({first}) OR ({second})"))
+        .await
+        .unwrap();
+    assert_eq!(scan_ids(&b).await, scan_ids(&reference).await);
+    assert_eq!(fragment_ids(&b), fragment_ids(&reference));
+    assert_eq!(
+        b.count_rows(None).await.unwrap(),
+        reference.count_rows(None).await.unwrap()
+    );
+}
+
+fn rewrite(old: Vec<u64>, new_fragments: Vec<refract_table::Fragment>) -> Operation {
+    Operation::Rewrite {
+        groups: vec![RewriteGroup {
+            old_fragment_ids: old,
+            new_fragments,
+            surviving_old_addresses: None,
+        }],
+        new_indices: vec![],
+        removed_index_uuids: vec![],
+    }
+}
+
+async fn rewrite_of(dataset: &Dataset, old: &[u64]) -> Operation {
+    let batch = dataset
+        .scan()
+        .fragments(old)
+        .try_into_batch()
+        .await
+        .unwrap();
+    let fragments = dataset
+        .write_fragments(futures::stream::iter(vec![Ok(batch)]), &opts(1_000))
+        .await
+        .unwrap();
+    rewrite(old.to_vec(), fragments)
+}
+
+#[tokio::test]
+async fn delete_after_a_rewrite_of_its_fragments_is_a_retryable_conflict() {
+    let location = location(Backend::Memory);
+    let base = create_with_rows(&location.uri, 30, 10).await;
+    let mut deleter = base.clone();
+    base.commit(rewrite_of(&base, &[1, 2]).await).await.unwrap();
+    let err = deleter.delete("id = 3").await.unwrap_err();
+    assert!(err.is_retryable_conflict(), "{err}");
+    // Retrying against the latest version works.
+    let mut retry = deleter.checkout_latest().await.unwrap();
+    retry.delete("id = 3").await.unwrap();
+    assert_eq!(retry.count_rows(None).await.unwrap(), 29);
+}
+
+#[tokio::test]
+async fn delete_of_other_fragments_rebases_over_a_rewrite() {
+    let location = location(Backend::Memory);
+    let base = create_with_rows(&location.uri, 30, 10).await;
+    let mut deleter = base.clone();
+    base.commit(rewrite_of(&base, &[1, 2]).await).await.unwrap();
+    deleter.delete("id = 25").await.unwrap();
+    let expected: Vec<i64> = (0..30).filter(|i| *i != 25).collect();
+    assert_eq!(scan_ids(&deleter).await, expected);
+}
+
+#[tokio::test]
+async fn rewrite_conflicts() {
+    let location = location(Backend::Memory);
+    let base = create_with_rows(&location.uri, 40, 10).await;
+    let first = rewrite_of(&base, &[1, 2]).await;
+    let overlapping = rewrite_of(&base, &[2, 3]).await;
+    let disjoint = rewrite_of(&base, &[3, 4]).await;
+    base.commit(first).await.unwrap();
+    let err = base.commit(overlapping).await.unwrap_err();
+    assert!(err.is_retryable_conflict(), "{err}");
+    let after = base.commit(disjoint).await.unwrap();
+    assert_eq!(fragment_ids(&after), vec![5, 6]);
+    assert_eq!(scan_ids(&after).await, (0..40).collect::<Vec<_>>());
+
+    // A rewrite racing a delete of its sources: a retryable conflict for now.
+    let location = crate::common::location(Backend::Memory);
+    let base = create_with_rows(&location.uri, 20, 10).await;
+    let pending = rewrite_of(&base, &[1, 2]).await;
+    let mut deleter = base.clone();
+    deleter.delete("id = 1").await.unwrap();
+    let err = base.commit(pending).await.unwrap_err();
+    assert!(err.is_retryable_conflict(), "{err}");
+}
+
+#[tokio::test]
+async fn restore_with_an_intervening_commit_conflicts() {
+    let location = location(Backend::Memory);
+    let mut dataset = create_with_rows(&location.uri, 10, 10).await;
+    let old = dataset.checkout_version(1).await.unwrap();
+    let stale = Transaction::new(2, Operation::Restore { version: 1 });
+    dataset.append(vec![rows(10, 1)], &opts(10)).await.unwrap();
+    let err = old.commit_transaction(stale, None).await.unwrap_err();
+    assert!(err.is_retryable_conflict(), "{err}");
+}
+
+async fn fault_dataset() -> (Arc<FaultInjectingStore>, Dataset) {
+    let fault = Arc::new(FaultInjectingStore::new(Arc::new(InMemory::new())));
+    let uri = format!("memory://fault-{}", uuid::Uuid::new_v4());
+    let store = DatasetStore::from_object_store(fault.clone(), &uri);
+    let dataset = Dataset::create(
+        &uri,
+        schema(),
+        OpenOptions {
+            store: Some(store),
+            ..OpenOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    (fault, dataset)
+}
+
+#[tokio::test]
+async fn ambiguous_manifest_put_is_detected_as_our_commit() {
+    let (fault, mut dataset) = fault_dataset().await;
+    fault.fail_nth(CallKind::ConditionalPut, 0, FaultMode::Ambiguous);
+    dataset.append(vec![rows(0, 5)], &opts(10)).await.unwrap();
+    assert_eq!(dataset.version(), 2);
+    assert_eq!(dataset.latest_version().await.unwrap(), 2);
+    assert_eq!(scan_ids(&dataset).await, (0..5).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn retrying_an_ambiguously_committed_transaction_never_commits_twice() {
+    let (fault, dataset) = fault_dataset().await;
+    let fragments = dataset
+        .write_fragments(futures::stream::iter(vec![Ok(rows(0, 5))]), &opts(10))
+        .await
+        .unwrap();
+    let txn = Transaction::new(1, Operation::Append { fragments });
+    // The put lands but reports an error, and reading it back fails too.
+    fault.fail_nth(CallKind::ConditionalPut, 0, FaultMode::Ambiguous);
+    fault.fail_nth(CallKind::Get, 0, FaultMode::Clean);
+    assert!(dataset.commit_transaction(txn.clone(), None).await.is_err());
+    let retried = dataset.commit_transaction(txn, None).await.unwrap();
+    assert_eq!(retried.version(), 2);
+    assert_eq!(retried.latest_version().await.unwrap(), 2);
+    assert_eq!(scan_ids(&retried).await, (0..5).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_cleanly_failed_commit_leaves_the_previous_version() {
+    let (fault, mut dataset) = fault_dataset().await;
+    dataset.append(vec![rows(0, 5)], &opts(10)).await.unwrap();
+    fault.fail_nth(CallKind::ConditionalPut, 0, FaultMode::Clean);
+    let err = dataset.append(vec![rows(5, 5)], &opts(10)).await;
+    assert!(err.is_err());
+    assert_eq!(dataset.version(), 2);
+    let latest = dataset.checkout_latest().await.unwrap();
+    assert_eq!(latest.version(), 2);
+    assert_eq!(scan_ids(&latest).await, (0..5).collect::<Vec<_>>());
+    let orphans = latest
+        .list_orphan_files(std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(orphans.len(), 1);
+    assert!(orphans[0].as_str().starts_with("data/"));
+}

@@ -1,0 +1,166 @@
+//! Manifest codec and the refusal of bad stored metadata: corrupt bytes, path
+//! escapes, unknown feature flags.
+
+use bytes::Bytes;
+use prost::Message;
+use refract_core::Error;
+use refract_ledger::flags::{ClientFeatures, FLAG_FRAGMENT_REUSE_INDEX, FLAG_UNKNOWN};
+use refract_table::format::proto;
+use refract_table::io::manifest_path;
+use refract_table::{Dataset, Manifest, OpenOptions};
+use rstest::rstest;
+
+use crate::common::*;
+
+/// Publishes `manifest` as the next version, bypassing the commit protocol.
+async fn publish_raw(dataset: &Dataset, bytes: Bytes) -> u64 {
+    let version = dataset.latest_version().await.unwrap() + 1;
+    dataset
+        .store()
+        .put(&manifest_path(version), bytes)
+        .await
+        .unwrap();
+    version
+}
+
+/// The latest manifest as a protobuf message, with `version` bumped.
+fn next_message(dataset: &Dataset) -> proto::Manifest {
+    let bytes = dataset.manifest().encode().unwrap();
+    let mut message = proto::Manifest::decode(bytes.as_ref()).unwrap();
+    message.version += 1;
+    message
+}
+
+#[tokio::test]
+async fn manifest_round_trips_through_protobuf() {
+    let location = location(Backend::Memory);
+    let mut dataset = create_with_rows(&location.uri, 30, 10).await;
+    dataset.delete("id = 4").await.unwrap();
+    let manifest: &Manifest = dataset.manifest();
+    let decoded = Manifest::decode(&manifest.encode().unwrap()).unwrap();
+    assert_eq!(&decoded, manifest);
+    assert!(decoded.transaction.is_some());
+}
+
+/// Ways to break the bytes of the latest manifest.
+#[derive(Debug, Clone, Copy)]
+enum Breakage {
+    Garbage,
+    Truncated,
+    Empty,
+}
+
+#[rstest]
+#[case::garbage(Breakage::Garbage)]
+#[case::truncated(Breakage::Truncated)]
+#[case::empty(Breakage::Empty)]
+#[tokio::test]
+async fn corrupt_latest_manifest_is_a_corrupt_error(#[case] breakage: Breakage) {
+    let location = location(Backend::Memory);
+    let dataset = create_with_rows(&location.uri, 10, 10).await;
+    let bytes = match breakage {
+        Breakage::Garbage => Bytes::from_static(b"\xff\xfe this is not a manifest \x00\x01"),
+        Breakage::Truncated => {
+            let real = next_message(&dataset).encode_to_vec();
+            Bytes::from(real[..real.len() / 2].to_vec())
+        }
+        Breakage::Empty => Bytes::new(),
+    };
+    publish_raw(&dataset, bytes).await;
+    let err = Dataset::open(&location.uri).await.unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    // The previous version is still readable.
+    let previous = dataset.checkout_version(2).await.unwrap();
+    assert_eq!(scan_ids(&previous).await, (0..10).collect::<Vec<_>>());
+}
+
+#[rstest]
+#[case::parent("../x.lance")]
+#[case::nested_parent("data/../../x.lance")]
+#[case::absolute("/etc/passwd")]
+#[tokio::test]
+async fn path_escapes_in_manifest_are_refused(#[case] path: &str) {
+    let location = location(Backend::Memory);
+    let dataset = create_with_rows(&location.uri, 10, 10).await;
+    let mut message = next_message(&dataset);
+    message.fragments[0].files[0].path = path.to_string();
+    publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    let err = Dataset::open(&location.uri).await.unwrap_err();
+    assert!(matches!(err, Error::PathEscape { .. }), "{err}");
+}
+
+#[rstest]
+#[case::duplicate_ids(|m: &mut proto::Manifest| { let f = m.fragments[0].clone(); m.fragments.push(f); })]
+#[case::rows_mismatch(|m: &mut proto::Manifest| m.fragments[0].files[0].num_rows += 1)]
+#[case::id_above_max(|m: &mut proto::Manifest| m.max_fragment_id = 0)]
+#[case::tombstone_id(|m: &mut proto::Manifest| { m.fragments[0].id = u32::MAX as u64; m.max_fragment_id = u32::MAX as u64; })]
+#[case::too_many_deleted(|m: &mut proto::Manifest| m.fragments[0].deletion_file = Some(proto::DeletionFile { path: "_deletions/1-x.bin".into(), num_deleted_rows: 11 }))]
+#[case::bad_schema(|m: &mut proto::Manifest| m.schema = vec![1, 2, 3])]
+#[case::one_sided_fri(|m: &mut proto::Manifest| m.reader_flags |= FLAG_FRAGMENT_REUSE_INDEX)]
+#[tokio::test]
+async fn inconsistent_manifests_are_corrupt(#[case] damage: fn(&mut proto::Manifest)) {
+    let location = location(Backend::Memory);
+    let dataset = create_with_rows(&location.uri, 10, 10).await;
+    let mut message = next_message(&dataset);
+    damage(&mut message);
+    publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    let err = Dataset::open(&location.uri).await.unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn unknown_reader_flag_is_refused_on_open() {
+    let location = location(Backend::Memory);
+    let dataset = create_with_rows(&location.uri, 10, 10).await;
+    let mut message = next_message(&dataset);
+    message.reader_flags |= FLAG_UNKNOWN;
+    publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    let err = Dataset::open(&location.uri).await.unwrap_err();
+    assert!(matches!(err, Error::NotSupported { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn unknown_writer_flag_is_refused_on_write() {
+    let location = location(Backend::Memory);
+    let dataset = create_with_rows(&location.uri, 10, 10).await;
+    let mut message = next_message(&dataset);
+    message.writer_flags |= FLAG_UNKNOWN << 5;
+    publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    let mut latest = Dataset::open(&location.uri).await.unwrap();
+    assert_eq!(scan_ids(&latest).await, (0..10).collect::<Vec<_>>());
+    let err = latest
+        .append(vec![rows(10, 1)], &opts(10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotSupported { .. }), "{err}");
+    let err = latest.delete("id = 1").await.unwrap_err();
+    assert!(matches!(err, Error::NotSupported { .. }), "{err}");
+    // A stale handle cannot sneak a write past the flag either.
+    let mut stale = dataset.clone();
+    let err = stale
+        .append(vec![rows(10, 1)], &opts(10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotSupported { .. }), "{err}");
+    assert_eq!(latest.latest_version().await.unwrap(), 3);
+}
+
+#[tokio::test]
+async fn pre_fri_client_refuses_the_fri_flag_pair() {
+    let location = location(Backend::Memory);
+    let dataset = create_with_rows(&location.uri, 10, 10).await;
+    let mut message = next_message(&dataset);
+    message.reader_flags |= FLAG_FRAGMENT_REUSE_INDEX;
+    message.writer_flags |= FLAG_FRAGMENT_REUSE_INDEX;
+    publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    let old_client = OpenOptions {
+        features: ClientFeatures::before_fri(),
+        ..OpenOptions::default()
+    };
+    let err = Dataset::open_with(&location.uri, old_client)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotSupported { .. }), "{err}");
+    let current = Dataset::open(&location.uri).await.unwrap();
+    assert_eq!(current.version(), 3);
+}

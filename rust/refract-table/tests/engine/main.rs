@@ -1,0 +1,8 @@
+//! Engine tests: format, scan/take/append/delete, versions, commits and conflicts.
+//! One test binary (modules below) keeps link time down.
+
+mod common;
+mod concurrency;
+mod format_errors;
+mod read_write;
+mod versions;
