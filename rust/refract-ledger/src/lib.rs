@@ -37,3 +37,6 @@ pub use ledger::Ledger;
 pub use lineage::Lineage;
 pub use model::{lift_legacy, FragmentDigest, LegacyVersion, Mapping, TransitionRecord};
 pub use validate::{MAX_FRAGMENT_ID_EXCLUSIVE, MAX_PARTITION_DESTINATIONS, MAX_PHYSICAL_ROWS};
+
+#[cfg(test)]
+mod tests;
