@@ -1,9 +1,13 @@
 //! Deletion files: a serialized roaring bitmap of deleted physical offsets, one
 //! immutable file per (fragment, write) under `_deletions/`.
+//!
+//! Files are never overwritten: each write gets a fresh uuid name, so a reader
+//! holding an old manifest keeps seeing the deletions it was committed with.
 
-use refract_core::{DeletionVector, Result};
+use refract_core::{DeletionVector, Error, Result};
+use uuid::Uuid;
 
-use super::paths::RelativePath;
+use super::paths::{deletion_file_path, RelativePath};
 use super::store::DatasetStore;
 
 /// Where a deletion file was written and how many rows it deletes.
@@ -21,16 +25,26 @@ pub async fn write_deletion_file(
     fragment_id: u64,
     dv: &DeletionVector,
 ) -> Result<DeletionFileRef> {
-    let _ = (store, fragment_id, dv);
-    todo!()
+    let name = format!("{fragment_id}-{}.bin", Uuid::new_v4().hyphenated());
+    let path = deletion_file_path(&name)?;
+    let bytes = bytes::Bytes::from(dv.to_bytes());
+    store.put(&path, bytes).await?;
+    Ok(DeletionFileRef {
+        path,
+        num_deleted_rows: dv.len(),
+    })
 }
 
-/// Reads a deletion file of a fragment with `physical_rows` rows; Corrupt on bad bytes.
+/// Reads the deletion file at `path` of a fragment with `physical_rows` rows.
+/// Missing → NotFound; undecodable bytes or an offset `>= physical_rows` → Corrupt.
 pub async fn read_deletion_file(
     store: &DatasetStore,
     path: &RelativePath,
     physical_rows: u64,
 ) -> Result<DeletionVector> {
-    let _ = (store, path, physical_rows);
-    todo!()
+    let bytes = store.get(path).await?;
+    DeletionVector::from_bytes(&bytes, physical_rows).map_err(|e| match e {
+        Error::Corrupt { what, message } => Error::corrupt(format!("{what} in {path}"), message),
+        other => other,
+    })
 }

@@ -1,15 +1,40 @@
 //! Generic Lance file I/O for data files, index files and row maps.
+//!
+//! All I/O goes through [`DatasetStore::lance_store`], i.e. through the counting
+//! store, so every Lance request is visible to request counting and fault
+//! injection. Files are written in the stable Lance v2.2 format.
+//!
+//! Error mapping: a missing file is NotFound; an object-store failure is
+//! External; a file Lance cannot decode is Corrupt.
 
+use std::error::Error as StdError;
 use std::ops::Range;
+use std::sync::Arc;
 
-use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
+use arrow_array::{Array, RecordBatch, UInt32Array};
+use arrow_schema::{Schema as ArrowSchema, SchemaRef};
 use bytes::Bytes;
-use futures::stream::BoxStream;
-use refract_core::Result;
+use futures::stream::{self, BoxStream};
+use futures::{StreamExt, TryStreamExt};
+use lance_encoding::decoder::{DecoderPlugins, FilterExpression};
+use lance_file::reader::{FileReader, FileReaderOptions, ReaderProjection};
+use lance_file::version::ConcreteFileVersion;
+use lance_file::versions;
+use lance_file::writer::{FileWriter, FileWriterOptions};
+use lance_io::scheduler::{ScanScheduler, SchedulerConfig};
+use lance_io::utils::CachedFileSize;
+use lance_io::ReadBatchParams;
+use refract_core::{Error, Result};
 
 use super::paths::RelativePath;
 use super::store::DatasetStore;
+
+/// The Lance file format version Refract writes.
+const FILE_VERSION: ConcreteFileVersion = ConcreteFileVersion::V2_2;
+/// Rows per batch for [`LanceFileReader::read_all`] and [`LanceFileReader::take`].
+const DEFAULT_BATCH_ROWS: u32 = 65_536;
+/// Batches decoded ahead of the consumer.
+const BATCH_READAHEAD: u32 = 4;
 
 /// What a finished Lance file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,71 +45,340 @@ pub struct LanceFileSummary {
     pub size_bytes: u64,
 }
 
-/// Writes one Lance file at a unique path.
+/// True if an object-store error is somewhere in the source chain of `err`.
+fn caused_by_object_store(err: &(dyn StdError + 'static)) -> bool {
+    let mut current: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = current {
+        if e.is::<object_store::Error>() {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+/// Maps a Lance error raised while doing `action` on `path`. `undecodable_is_corrupt`
+/// marks failures that can only come from the file's bytes (opening a file
+/// decodes nothing but its footer and metadata).
+fn lance_error(
+    action: &str,
+    path: &RelativePath,
+    err: lance_core::Error,
+    undecodable_is_corrupt: bool,
+) -> Error {
+    if err.is_not_found() {
+        return Error::not_found(format!("Lance file {path} does not exist"));
+    }
+    if caused_by_object_store(&err) {
+        return Error::external(format!("{action} Lance file {path}"), err);
+    }
+    let corrupt = matches!(err, lance_core::Error::CorruptFile { .. }) || undecodable_is_corrupt;
+    if corrupt {
+        Error::corrupt(format!("Lance file {path}"), err.to_string())
+    } else {
+        Error::external(format!("{action} Lance file {path}"), err)
+    }
+}
+
+/// Writes one Lance file at a unique path. Nothing is visible until [`Self::finish`];
+/// dropping the writer leaves no object behind.
 pub struct LanceFileWriter {
-    _private: (),
+    inner: FileWriter,
+    schema: SchemaRef,
+    path: RelativePath,
+    /// Global buffers are written at `finish` because adding one is an async write
+    /// in lance-file; their indices are fixed when they are queued.
+    pending_global_buffers: Vec<Bytes>,
 }
 
 impl LanceFileWriter {
-    /// Starts a file at `path` with `schema`.
+    /// Starts a file at `path` with `schema`. The path must not exist yet (data
+    /// paths are immutable: Lance caches metadata by path).
     pub async fn create(
         store: &DatasetStore,
         path: &RelativePath,
         schema: SchemaRef,
     ) -> Result<Self> {
-        let _ = (store, path, schema);
-        todo!()
+        match store.head(path).await {
+            Ok(_) => {
+                return Err(Error::invalid_input(format!(
+                    "Lance file {path} already exists; file paths must be unique"
+                )))
+            }
+            Err(Error::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let lance_schema = lance_core::datatypes::Schema::try_from(schema.as_ref())
+            .map_err(|e| Error::invalid_input(format!("schema of Lance file {path}: {e}")))?;
+        let object_writer = store
+            .lance_store()
+            .create(&path.to_object_path())
+            .await
+            .map_err(|e| lance_error("creating", path, e, false))?;
+        let inner = versions::create_writer(
+            FILE_VERSION,
+            object_writer,
+            lance_schema,
+            FileWriterOptions::default(),
+        )
+        .map_err(|e| lance_error("creating", path, e, false))?;
+        Ok(LanceFileWriter {
+            inner,
+            schema,
+            path: path.clone(),
+            pending_global_buffers: Vec::new(),
+        })
+    }
+
+    /// The schema batches must match.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
     }
 
     /// Appends a batch; a schema mismatch is InvalidInput.
     pub async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        let _ = batch;
-        todo!()
+        check_batch_matches(&self.schema, batch, &self.path)?;
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.inner
+            .write_batch(batch)
+            .await
+            .map_err(|e| lance_error("writing", &self.path, e, false))
     }
 
-    /// Adds a global buffer (index / row-map metadata) and returns its index.
+    /// Queues a global buffer (index / row-map metadata) and returns the index
+    /// [`LanceFileReader::read_global_buffer`] will find it at. Index 0 is Lance's
+    /// own schema descriptor, so the first buffer added is 1.
     pub fn add_global_buffer(&mut self, bytes: Bytes) -> Result<u32> {
-        let _ = bytes;
-        todo!()
+        self.pending_global_buffers.push(bytes);
+        u32::try_from(self.pending_global_buffers.len())
+            .map_err(|_| Error::invalid_input("too many global buffers in one Lance file"))
     }
 
     /// Adds a key/value pair to the schema metadata stored in the file.
     pub fn add_schema_metadata(&mut self, key: &str, value: &str) {
-        let _ = (key, value);
-        todo!()
+        self.inner.add_schema_metadata(key, value);
     }
 
     /// Completes the file and makes it visible.
-    pub async fn finish(self) -> Result<LanceFileSummary> {
-        todo!()
+    pub async fn finish(mut self) -> Result<LanceFileSummary> {
+        for (position, bytes) in std::mem::take(&mut self.pending_global_buffers)
+            .into_iter()
+            .enumerate()
+        {
+            let index = self
+                .inner
+                .add_global_buffer(bytes)
+                .await
+                .map_err(|e| lance_error("writing a global buffer of", &self.path, e, false))?;
+            // Indices were promised at queue time; refuse to write a file that breaks them.
+            if usize::try_from(index).ok() != Some(position + 1) {
+                self.inner.abort().await;
+                return Err(Error::corrupt(
+                    format!("Lance file {}", self.path),
+                    format!("global buffer {} was stored at index {index}", position + 1),
+                ));
+            }
+        }
+        let summary = self
+            .inner
+            .finish()
+            .await
+            .map_err(|e| lance_error("finishing", &self.path, e, false))?;
+        Ok(LanceFileSummary {
+            num_rows: summary.num_rows,
+            size_bytes: summary.size_bytes,
+        })
+    }
+
+    /// Abandons the file; nothing becomes visible.
+    pub async fn abort(mut self) {
+        self.inner.abort().await;
     }
 }
 
-/// Reads one Lance file. Cheap to clone.
+/// Checks that `batch` has exactly the columns of `schema`, with compatible types
+/// and no nulls in non-nullable columns.
+fn check_batch_matches(
+    schema: &ArrowSchema,
+    batch: &RecordBatch,
+    path: &RelativePath,
+) -> Result<()> {
+    let batch_schema = batch.schema();
+    let mismatch = |detail: String| {
+        Error::invalid_input(format!(
+            "batch does not match the schema of Lance file {path}: {detail}"
+        ))
+    };
+    if batch_schema.fields().len() != schema.fields().len() {
+        return Err(mismatch(format!(
+            "{} columns, expected {}",
+            batch_schema.fields().len(),
+            schema.fields().len()
+        )));
+    }
+    for ((expected, actual), column) in schema
+        .fields()
+        .iter()
+        .zip(batch_schema.fields().iter())
+        .zip(batch.columns())
+    {
+        if expected.name() != actual.name() {
+            return Err(mismatch(format!(
+                "column {:?} where {:?} was expected",
+                actual.name(),
+                expected.name()
+            )));
+        }
+        if !expected.data_type().equals_datatype(actual.data_type()) {
+            return Err(mismatch(format!(
+                "column {:?} has type {}, expected {}",
+                actual.name(),
+                actual.data_type(),
+                expected.data_type()
+            )));
+        }
+        if !expected.is_nullable() && column.null_count() > 0 {
+            return Err(mismatch(format!(
+                "column {:?} is not nullable but has {} nulls",
+                actual.name(),
+                column.null_count()
+            )));
+        }
+    }
+    Ok(())
+}
+
+struct ReaderInner {
+    reader: FileReader,
+    schema: SchemaRef,
+    path: RelativePath,
+}
+
+/// Reads one Lance file. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
 pub struct LanceFileReader {
-    _private: (),
+    inner: Arc<ReaderInner>,
+}
+
+impl std::fmt::Debug for LanceFileReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LanceFileReader")
+            .field("path", &self.inner.path)
+            .field("num_rows", &self.num_rows())
+            .finish()
+    }
 }
 
 impl LanceFileReader {
     /// Opens the file at `path`; missing → NotFound, undecodable → Corrupt.
+    /// `known_size` (from the manifest) saves a HEAD request.
     pub async fn open(
         store: &DatasetStore,
         path: &RelativePath,
         known_size: Option<u64>,
     ) -> Result<Self> {
-        let _ = (store, path, known_size);
-        todo!()
+        let lance_store = store.lance_store();
+        let scheduler = ScanScheduler::new(
+            lance_store.clone(),
+            SchedulerConfig::max_bandwidth(lance_store),
+        );
+        let size = match known_size {
+            Some(size) => CachedFileSize::new(size),
+            None => CachedFileSize::unknown(),
+        };
+        let file = scheduler
+            .open_file(&path.to_object_path(), &size)
+            .await
+            .map_err(|e| lance_error("opening", path, e, false))?;
+        let reader = FileReader::try_open(
+            file,
+            None,
+            Arc::<DecoderPlugins>::default(),
+            store.lance_cache(),
+            FileReaderOptions::default(),
+        )
+        .await
+        .map_err(|e| lance_error("opening", path, e, true))?;
+        let schema = Arc::new(ArrowSchema::from(reader.schema().as_ref()));
+        Ok(LanceFileReader {
+            inner: Arc::new(ReaderInner {
+                reader,
+                schema,
+                path: path.clone(),
+            }),
+        })
+    }
+
+    /// The path this reader was opened on.
+    pub fn path(&self) -> &RelativePath {
+        &self.inner.path
     }
 
     /// Rows in the file.
     pub fn num_rows(&self) -> u64 {
-        todo!()
+        self.inner.reader.num_rows()
     }
 
-    /// The Arrow schema of the file.
+    /// The Arrow schema of the file, including schema metadata.
     pub fn schema(&self) -> SchemaRef {
-        todo!()
+        self.inner.schema.clone()
+    }
+
+    /// The Lance projection for `columns` (all columns when `None`) and its Arrow schema.
+    fn projection(&self, columns: Option<&[&str]>) -> Result<(ReaderProjection, SchemaRef)> {
+        let reader = &self.inner.reader;
+        let Some(columns) = columns else {
+            let projection =
+                versions::reader_projection_from_whole_schema(reader.schema(), reader.version());
+            return Ok((projection, self.schema()));
+        };
+        for name in columns {
+            if self.inner.schema.field_with_name(name).is_err() {
+                return Err(Error::invalid_input(format!(
+                    "column {name:?} does not exist in Lance file {}",
+                    self.inner.path
+                )));
+            }
+        }
+        let projection = versions::reader_projection_from_column_names(
+            reader.version(),
+            reader.schema(),
+            columns,
+        )
+        .map_err(|e| {
+            Error::invalid_input(format!(
+                "projection {columns:?} of Lance file {}: {e}",
+                self.inner.path
+            ))
+        })?;
+        let schema = Arc::new(ArrowSchema::from(projection.schema.as_ref()));
+        Ok((projection, schema))
+    }
+
+    async fn stream(
+        &self,
+        params: ReadBatchParams,
+        projection: ReaderProjection,
+        batch_size: u32,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let path = self.inner.path.clone();
+        let batches = self
+            .inner
+            .reader
+            .read_stream_projected(
+                params,
+                batch_size,
+                BATCH_READAHEAD,
+                projection,
+                FilterExpression::no_filter(),
+            )
+            .await
+            .map_err(|e| lance_error("reading", &self.inner.path, e, false))?;
+        Ok(batches
+            .map_err(move |e| lance_error("reading", &path, e, false))
+            .boxed())
     }
 
     /// Streams `rows` in batches of at most `batch_size` rows.
@@ -94,25 +388,114 @@ impl LanceFileReader {
         projection: Option<&[&str]>,
         batch_size: u32,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-        let _ = (rows, projection, batch_size);
-        todo!()
+        if rows.start > rows.end || rows.end > self.num_rows() {
+            return Err(Error::invalid_input(format!(
+                "row range {rows:?} is outside Lance file {} of {} rows",
+                self.inner.path,
+                self.num_rows()
+            )));
+        }
+        if batch_size == 0 {
+            return Err(Error::invalid_input("batch_size must be at least 1"));
+        }
+        let (projection, _) = self.projection(projection)?;
+        if rows.is_empty() {
+            return Ok(stream::empty().boxed());
+        }
+        let range = usize::try_from(rows.start)
+            .and_then(|start| usize::try_from(rows.end).map(|end| start..end))
+            .map_err(|_| Error::invalid_input(format!("row range {rows:?} exceeds usize")))?;
+        self.stream(ReadBatchParams::Range(range), projection, batch_size)
+            .await
     }
 
     /// Reads the whole file.
     pub async fn read_all(&self, projection: Option<&[&str]>) -> Result<Vec<RecordBatch>> {
-        let _ = projection;
-        todo!()
+        self.read_range(0..self.num_rows(), projection, DEFAULT_BATCH_ROWS)
+            .await?
+            .try_collect()
+            .await
     }
 
-    /// Reads rows at `offsets` (any order, duplicates allowed), in caller order.
+    /// Reads the rows at `offsets` — any order, duplicates allowed — and returns
+    /// them in caller order. Lance needs strictly increasing offsets, so they are
+    /// sorted and deduplicated for the read and put back in order afterwards.
     pub async fn take(&self, offsets: &[u32], projection: Option<&[&str]>) -> Result<RecordBatch> {
-        let _ = (offsets, projection);
-        todo!()
+        let (projection, schema) = self.projection(projection)?;
+        if let Some(bad) = offsets
+            .iter()
+            .find(|offset| u64::from(**offset) >= self.num_rows())
+        {
+            return Err(Error::invalid_input(format!(
+                "row offset {bad} is outside Lance file {} of {} rows",
+                self.inner.path,
+                self.num_rows()
+            )));
+        }
+        if offsets.is_empty() {
+            return Ok(RecordBatch::new_empty(schema));
+        }
+        let mut unique = offsets.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        let already_ordered = unique.len() == offsets.len() && unique.as_slice() == offsets;
+        let positions = if already_ordered {
+            None
+        } else {
+            Some(positions_in(&unique, offsets)?)
+        };
+        let batches: Vec<RecordBatch> = self
+            .stream(
+                ReadBatchParams::Indices(UInt32Array::from(unique)),
+                projection,
+                DEFAULT_BATCH_ROWS,
+            )
+            .await?
+            .try_collect()
+            .await?;
+        let sorted = arrow_select::concat::concat_batches(&schema, &batches).map_err(|e| {
+            Error::external(format!("assembling a take from {}", self.inner.path), e)
+        })?;
+        match positions {
+            None => Ok(sorted),
+            Some(positions) => {
+                arrow_select::take::take_record_batch(&sorted, &positions).map_err(|e| {
+                    Error::external(format!("reordering a take from {}", self.inner.path), e)
+                })
+            }
+        }
     }
 
     /// Reads a global buffer written with [`LanceFileWriter::add_global_buffer`].
     pub async fn read_global_buffer(&self, index: u32) -> Result<Bytes> {
-        let _ = index;
-        todo!()
+        let available = self.inner.reader.metadata().file_buffers.len();
+        if usize::try_from(index).map_or(true, |i| i >= available) {
+            return Err(Error::invalid_input(format!(
+                "global buffer {index} does not exist in Lance file {} ({available} buffers)",
+                self.inner.path
+            )));
+        }
+        self.inner
+            .reader
+            .read_global_buffer(index)
+            .await
+            .map_err(|e| lance_error("reading a global buffer of", &self.inner.path, e, false))
     }
+}
+
+/// For each caller offset, its position in `unique` (sorted, deduplicated, and
+/// containing every offset).
+fn positions_in(unique: &[u32], offsets: &[u32]) -> Result<UInt32Array> {
+    offsets
+        .iter()
+        .map(|offset| {
+            let position = unique.binary_search(offset).map_err(|_| {
+                Error::invalid_input(format!("row offset {offset} lost while sorting a take"))
+            })?;
+            // `unique` came from a `&[u32]`, so its length fits in u32.
+            u32::try_from(position)
+                .map_err(|_| Error::invalid_input("take of more than u32::MAX rows"))
+        })
+        .collect::<Result<Vec<u32>>>()
+        .map(UInt32Array::from)
 }

@@ -9,7 +9,7 @@ pub mod store;
 
 pub use counting::{CountingStore, PrefixStats, RequestStats};
 pub use deletion_file::{read_deletion_file, write_deletion_file, DeletionFileRef};
-pub use fault::{CallKind, FaultInjectingStore, FaultMode};
+pub use fault::{is_injected_fault, CallKind, FaultInjectingStore, FaultMode, InjectedFault};
 pub use lance_files::{LanceFileReader, LanceFileSummary, LanceFileWriter};
 pub use paths::{data_file_path, deletion_file_path, index_dir, manifest_path, RelativePath};
 pub use store::{DatasetStore, ObjectInfo};
