@@ -103,10 +103,11 @@ fn nulls_to_false(mask: BooleanArray) -> BooleanArray {
 #[cfg(test)]
 mod tests {
     use crate::predicate::parse;
+    use arrow_array::types::Int32Type;
     use arrow_array::{
-        Array, ArrayRef, BooleanArray, Float32Array, Float64Array, Int16Array, Int32Array,
-        Int64Array, Int8Array, LargeStringArray, RecordBatch, StringArray, StringViewArray,
-        UInt16Array, UInt32Array, UInt64Array, UInt8Array,
+        Array, ArrayRef, BooleanArray, DictionaryArray, Float32Array, Float64Array, Int16Array,
+        Int32Array, Int64Array, Int8Array, LargeStringArray, RecordBatch, StringArray,
+        StringViewArray, UInt16Array, UInt32Array, UInt64Array, UInt8Array,
     };
     use refract_core::Error;
     use rstest::rstest;
@@ -421,11 +422,24 @@ mod tests {
 
     #[test]
     fn long_chains_evaluate() {
-        let text = (0..5_000)
+        let text = (0..4_000)
             .map(|i| format!("i64 = {i}"))
             .collect::<Vec<_>>()
             .join(" OR ");
         assert_eq!(mask_of(&text, &batch()), [F, T, F, T, T]);
+    }
+
+    #[test]
+    fn dictionary_columns_are_decoded() {
+        let keys = Int32Array::from(vec![Some(0), Some(1), None, Some(0), Some(2)]);
+        let values = StringArray::from(vec![Some("apple"), Some("banana"), None]);
+        let dict = DictionaryArray::<Int32Type>::try_new(keys, Arc::new(values)).unwrap();
+        let batch = RecordBatch::try_from_iter([("d", Arc::new(dict) as ArrayRef)]).unwrap();
+        assert_eq!(mask_of("d = 'apple'", &batch), [T, F, F, T, F]);
+        assert_eq!(mask_of("contains(d, 'an')", &batch), [F, T, F, F, F]);
+        // Row 4's key is valid but points at a null value: still null.
+        assert_eq!(mask_of("d IS NULL", &batch), [F, F, T, F, T]);
+        assert_eq!(mask_of("d NOT IN ('apple')", &batch), [F, T, F, F, F]);
     }
 
     #[rstest]

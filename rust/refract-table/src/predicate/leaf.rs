@@ -30,6 +30,7 @@ pub(crate) fn evaluate_leaf(leaf: &Expr, batch: &RecordBatch) -> Result<BooleanA
     let array = batch.column_by_name(column).ok_or_else(|| {
         Error::invalid_input(format!("predicate names unknown column '{column}'"))
     })?;
+    let array = &decode_dictionary(array)?;
     match leaf {
         Expr::Compare { op, value, .. } => compare(array, *op, value),
         Expr::Modulo {
@@ -47,6 +48,16 @@ pub(crate) fn evaluate_leaf(leaf: &Expr, batch: &RecordBatch) -> Result<BooleanA
         Expr::And(..) | Expr::Or(..) | Expr::Not(..) => {
             Err(Error::invalid_input("AND/OR/NOT is not a leaf predicate"))
         }
+    }
+}
+
+/// A dictionary-encoded column as a plain array of its values, so every
+/// kernel below (and `IS NULL`, which must see null values, not only null
+/// keys) sees one representation.
+fn decode_dictionary(array: &ArrayRef) -> Result<ArrayRef> {
+    match array.data_type() {
+        DataType::Dictionary(_, value_type) => cast(array, value_type).map_err(arrow_error),
+        _ => Ok(array.clone()),
     }
 }
 

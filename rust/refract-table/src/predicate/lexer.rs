@@ -124,6 +124,8 @@ impl Lexer {
         while self.peek().is_some_and(&keep) {
             self.at += 1;
         }
+        // `start <= at <= chars.len()`: `at` only advances past characters
+        // that `peek` returned.
         self.chars[start..self.at].iter().collect()
     }
 

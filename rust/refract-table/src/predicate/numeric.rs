@@ -165,7 +165,7 @@ mod tests {
     #[case(
         Gt,
         1e300,
-        Target::Compare(Gt, 1_000_000_000_000_000_000_000_000_000_000)
+        Target::Compare(Gt, 1e30 as i128)
     )]
     fn integers_against_floats(
         #[case] op: CompareOp,

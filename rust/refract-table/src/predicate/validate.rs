@@ -14,6 +14,7 @@ pub(crate) enum ColumnKind {
     Float,
     /// Utf8, LargeUtf8, Utf8View.
     String,
+    /// Boolean.
     Boolean,
     /// Anything else: only `IS [NOT] NULL` applies.
     Other,
@@ -27,6 +28,8 @@ impl ColumnKind {
             Float32 | Float64 => Self::Float,
             Utf8 | LargeUtf8 | Utf8View => Self::String,
             Boolean => Self::Boolean,
+            // Evaluation decodes dictionaries to their value type first.
+            Dictionary(_, value_type) => Self::of(value_type),
             _ => Self::Other,
         }
     }
