@@ -1,0 +1,245 @@
+//! Building an ivf_flat segment: collect vectors, train, assign, write sorted by partition.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float32Type, UInt64Type};
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::DataType;
+use refract_core::{Error, Result};
+
+use super::distance::partition_distance;
+use super::kmeans::{train, KMeansParams};
+use super::layout::{vectors_batch, IvfLayout};
+use crate::types::{IndexParams, Metric};
+
+/// Name of the row-address column in build input.
+const ROW_ADDR_COLUMN: &str = "_rowaddr";
+/// Upper bound of the default partition count (`sqrt(rows)`).
+pub const MAX_DEFAULT_PARTITIONS: usize = 4096;
+/// Default training rows per partition.
+pub const DEFAULT_SAMPLE_RATE: usize = 256;
+/// Default Lloyd iterations.
+pub const DEFAULT_MAX_ITERATIONS: usize = 20;
+/// Rows per written batch.
+pub const WRITE_BATCH_ROWS: usize = 65_536;
+
+/// The indexed vectors of a build, row-major, with their addresses in scan order.
+#[derive(Debug, Default)]
+pub struct CollectedVectors {
+    /// Vector dimension (0 until the first batch).
+    pub dim: usize,
+    /// `addrs.len() × dim` values.
+    pub values: Vec<f32>,
+    /// Stored row addresses.
+    pub addrs: Vec<u64>,
+}
+
+impl CollectedVectors {
+    /// Adds one input batch; null vectors are skipped (they have no neighbours).
+    pub fn add_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+        let addrs = batch
+            .column_by_name(ROW_ADDR_COLUMN)
+            .and_then(|c| c.as_primitive_opt::<UInt64Type>())
+            .filter(|c| c.null_count() == 0)
+            .ok_or_else(|| {
+                Error::invalid_input(
+                    "ivf_flat build input needs a non-null UInt64 `_rowaddr` column",
+                )
+            })?;
+        let (position, _) = batch
+            .schema()
+            .fields()
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.name() != ROW_ADDR_COLUMN)
+            .ok_or_else(|| Error::invalid_input("ivf_flat build input has no vector column"))?;
+        let column = batch.column(position);
+        let list = column.as_fixed_size_list_opt().ok_or_else(|| {
+            Error::invalid_input(format!(
+                "ivf_flat indexes FixedSizeList<Float32>, not {}",
+                column.data_type()
+            ))
+        })?;
+        let items = list
+            .values()
+            .as_primitive_opt::<Float32Type>()
+            .ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "ivf_flat needs Float32 items, not {}",
+                    list.value_type()
+                ))
+            })?;
+        let dim = usize::try_from(list.value_length()).unwrap_or(0);
+        if dim == 0 {
+            return Err(Error::invalid_input(
+                "ivf_flat needs vectors of at least one dimension",
+            ));
+        }
+        if self.dim != 0 && self.dim != dim {
+            return Err(Error::invalid_input(format!(
+                "vector dimension changed from {} to {dim}",
+                self.dim
+            )));
+        }
+        self.dim = dim;
+        for (row, addr) in addrs.values().iter().enumerate() {
+            if list.is_null(row) {
+                continue;
+            }
+            let start = usize::try_from(list.value_offset(row))
+                .map_err(|_| Error::invalid_input("negative list offset"))?;
+            let vector = items
+                .values()
+                .get(start..start + dim)
+                .ok_or_else(|| Error::invalid_input("vector values shorter than the list"))?;
+            let has_null_item =
+                items.null_count() > 0 && (start..start + dim).any(|i| items.is_null(i));
+            if has_null_item || vector.iter().any(|x| !x.is_finite()) {
+                return Err(Error::invalid_input(format!(
+                    "vector at row address {addr} has null or non-finite values"
+                )));
+            }
+            self.values.extend_from_slice(vector);
+            self.addrs.push(*addr);
+        }
+        Ok(())
+    }
+
+    /// Rows collected.
+    pub fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// True when no vector was collected.
+    pub fn is_empty(&self) -> bool {
+        self.addrs.is_empty()
+    }
+}
+
+/// The partition count for `rows` rows: the parameter, else `sqrt(rows)`
+/// capped; never more than the rows. Zero is InvalidInput.
+pub fn partition_count(params: &IndexParams, rows: usize) -> Result<usize> {
+    let wanted = match params.partitions {
+        Some(0) => return Err(Error::invalid_input("partitions must be at least 1")),
+        Some(p) => p as usize,
+        None => ((rows as f64).sqrt().round() as usize).clamp(1, MAX_DEFAULT_PARTITIONS),
+    };
+    Ok(wanted.min(rows.max(1)))
+}
+
+/// Trains the centroids of `vectors` (non-empty).
+pub fn train_centroids(
+    vectors: &CollectedVectors,
+    params: &IndexParams,
+    metric: Metric,
+) -> Result<Vec<f32>> {
+    let k = partition_count(params, vectors.len())?;
+    let mut kmeans = KMeansParams::new(k);
+    if let Some(rate) = params.sample_rate {
+        if rate == 0 {
+            return Err(Error::invalid_input("sample_rate must be at least 1"));
+        }
+        kmeans.max_training_rows = k.saturating_mul(rate as usize);
+    } else {
+        kmeans.max_training_rows = k.saturating_mul(DEFAULT_SAMPLE_RATE);
+    }
+    kmeans.max_iters = params
+        .max_iterations
+        .map_or(DEFAULT_MAX_ITERATIONS, |i| i as usize);
+    kmeans.spherical = metric == Metric::Cosine;
+    Ok(train(&vectors.values, vectors.dim, &kmeans)?
+        .as_flat()
+        .to_vec())
+}
+
+/// Index of the centroid nearest to `v` under the partitioning metric (lowest index on ties).
+pub fn assign(centroids: &[f32], dim: usize, metric: Metric, v: &[f32]) -> u32 {
+    let mut best = (0u32, f32::INFINITY);
+    for (i, c) in centroids.chunks_exact(dim).enumerate() {
+        let d = partition_distance(metric, v, c);
+        if d < best.1 {
+            // There are at most u32::MAX partitions: the count is checked when encoding the layout.
+            best = (i as u32, d);
+        }
+    }
+    best.0
+}
+
+/// Where every collected row goes: the layout (centroids, partition sizes),
+/// each row's partition and the file order (rows grouped by partition, scan
+/// order kept inside a partition).
+#[derive(Debug)]
+pub struct PartitionPlan {
+    /// Centroids and partition sizes.
+    pub layout: IvfLayout,
+    /// Partition of each collected row.
+    pub assignment: Vec<u32>,
+    /// Collected-row indices in file order.
+    pub order: Vec<usize>,
+}
+
+impl PartitionPlan {
+    /// Assigns every vector of `vectors` to its nearest centroid.
+    pub fn new(vectors: &CollectedVectors, centroids: Vec<f32>, metric: Metric) -> Self {
+        let dim = vectors.dim.max(1);
+        let partitions = centroids.len() / dim;
+        let assignment: Vec<u32> = vectors
+            .values
+            .chunks_exact(dim)
+            .map(|v| assign(&centroids, dim, metric, v))
+            .collect();
+        let mut lengths = vec![0u64; partitions];
+        for p in &assignment {
+            // `assign` returns an index of `centroids`, so `p < partitions`.
+            lengths[*p as usize] += 1;
+        }
+        // Counting sort: stable, so scan order is kept inside each partition.
+        let mut next: Vec<usize> = Vec::with_capacity(partitions);
+        let mut acc = 0usize;
+        for len in &lengths {
+            next.push(acc);
+            acc += *len as usize;
+        }
+        let mut order = vec![0usize; assignment.len()];
+        for (row, p) in assignment.iter().enumerate() {
+            // Same bound as above; the slots of partition p stay below the
+            // start of p + 1, so `*slot < order.len()`.
+            let slot = &mut next[*p as usize];
+            order[*slot] = row;
+            *slot += 1;
+        }
+        let layout = IvfLayout {
+            dim,
+            centroids,
+            lengths,
+        };
+        Self {
+            layout,
+            assignment,
+            order,
+        }
+    }
+
+    /// The file batches, at most [`WRITE_BATCH_ROWS`] rows each, built lazily.
+    pub fn batches<'a>(
+        &'a self,
+        vectors: &'a CollectedVectors,
+    ) -> impl Iterator<Item = Result<RecordBatch>> + 'a {
+        let dim = self.layout.dim;
+        self.order.chunks(WRITE_BATCH_ROWS).map(move |chunk| {
+            // Every index in `order` is a collected row, so these lookups hold.
+            let parts = chunk.iter().map(|r| self.assignment[*r]).collect();
+            let addrs = chunk.iter().map(|r| vectors.addrs[*r]).collect();
+            let values = chunk
+                .iter()
+                .flat_map(|r| &vectors.values[r * dim..(r + 1) * dim])
+                .copied()
+                .collect();
+            vectors_batch(dim, parts, addrs, values)
+        })
+    }
+}
+
+/// True if ivf_flat can index a column of `data_type`.
+pub fn supports(data_type: &DataType) -> bool {
+    matches!(data_type, DataType::FixedSizeList(item, size) if *size > 0 && item.data_type() == &DataType::Float32)
+}

@@ -1,0 +1,344 @@
+//! `ngram`: a trigram index for substring search (`contains(column, 'needle')`).
+//!
+//! Layout: one Lance file per segment ([`storage::POSTINGS_FILE`]) mapping each
+//! distinct byte trigram of the normalised values to a posting (a
+//! `RoaringTreemap` of stored row addresses). A search intersects the postings
+//! of the needle's trigrams and returns [`SearchResult::Candidates`]; the query
+//! layer rechecks them. Needles under three characters are not answered.
+//!
+//! Remap streams the file posting by posting and translates each posting in
+//! slices of at most [`MAX_TRANSLATION_BATCH`] addresses, so a dense posting
+//! (millions of rows compressed into a few kilobytes) never expands into a
+//! per-row vector or map.
+
+pub mod posting;
+pub mod storage;
+pub mod trigram;
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt64Type;
+use arrow_array::{Array, RecordBatch, UInt32Array};
+use arrow_schema::DataType;
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use refract_core::{Error, Result};
+use refract_table::io::{LanceFileReader, RelativePath};
+use roaring::RoaringTreemap;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    IndexContext, IndexParams, IndexQuery, IndexSegmentReader, IndexType, SearchResult, Translator,
+    MAX_TRANSLATION_BATCH,
+};
+use posting::{intersect_all, remap_posting, PostingBuilder};
+use storage::{decode_posting, posting_column, postings_path, trigram_column, PostingsWriter};
+use trigram::{needle_is_indexable, trigrams, Trigram};
+
+/// Name of the row-address column in build input.
+const ROW_ADDR_COLUMN: &str = "_rowaddr";
+/// On-disk layout version.
+const FORMAT_VERSION: u32 = 1;
+/// Postings read per batch while remapping (each may be large once decoded).
+const REMAP_READ_ROWS: u32 = 64;
+
+/// The ngram index type.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NgramIndex;
+
+/// Segment details stored in `IndexMetadata.details`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NgramDetails {
+    /// Layout version of the files.
+    pub format_version: u32,
+    /// Distinct trigrams (rows of the postings file).
+    pub trigrams: u64,
+}
+
+impl NgramDetails {
+    fn encode(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec(self).map_err(|e| Error::external("encoding ngram details", e))
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        let details: NgramDetails = serde_json::from_slice(bytes)
+            .map_err(|e| Error::corrupt("ngram index details", e.to_string()))?;
+        if details.format_version != FORMAT_VERSION {
+            return Err(Error::not_supported(format!(
+                "ngram index format version {} (this client reads {FORMAT_VERSION})",
+                details.format_version
+            )));
+        }
+        Ok(details)
+    }
+}
+
+/// Opens the postings file of `dir` and checks it against `details`.
+async fn open_postings(
+    ctx: &IndexContext,
+    dir: &RelativePath,
+    details: &NgramDetails,
+) -> Result<LanceFileReader> {
+    let reader = LanceFileReader::open(&ctx.store, &postings_path(dir)?, None).await?;
+    storage::check_schema(&reader)?;
+    if reader.num_rows() != details.trigrams {
+        return Err(Error::corrupt(
+            "ngram postings file",
+            format!(
+                "{} rows, details say {} trigrams",
+                reader.num_rows(),
+                details.trigrams
+            ),
+        ));
+    }
+    Ok(reader)
+}
+
+/// Adds the string values of one input batch to `builder`.
+fn add_batch(builder: &mut PostingBuilder, batch: &RecordBatch) -> Result<()> {
+    let addrs = batch
+        .column_by_name(ROW_ADDR_COLUMN)
+        .and_then(|c| c.as_primitive_opt::<UInt64Type>())
+        .filter(|c| c.null_count() == 0)
+        .ok_or_else(|| {
+            Error::invalid_input("ngram build input needs a non-null UInt64 `_rowaddr` column")
+        })?;
+    let (position, _) = batch
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .find(|(_, f)| f.name() != ROW_ADDR_COLUMN)
+        .ok_or_else(|| Error::invalid_input("ngram build input has no value column"))?;
+    let values = batch.column(position);
+    let strings: Box<dyn Iterator<Item = Option<&str>>> = match values.data_type() {
+        DataType::Utf8 => Box::new(values.as_string::<i32>().iter()),
+        DataType::LargeUtf8 => Box::new(values.as_string::<i64>().iter()),
+        DataType::Utf8View => Box::new(values.as_string_view().iter()),
+        other => {
+            return Err(Error::invalid_input(format!(
+                "ngram indexes string columns, not {other}"
+            )));
+        }
+    };
+    for (value, addr) in strings.zip(addrs.values().iter()) {
+        if let Some(value) = value {
+            builder.add(value, *addr);
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl IndexType for NgramIndex {
+    fn name(&self) -> &'static str {
+        "ngram"
+    }
+
+    fn index_version(&self) -> u32 {
+        FORMAT_VERSION
+    }
+
+    fn supports(&self, data_type: &DataType) -> bool {
+        matches!(
+            data_type,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        )
+    }
+
+    async fn build(
+        &self,
+        ctx: &IndexContext,
+        dir: &RelativePath,
+        mut input: BoxStream<'_, Result<RecordBatch>>,
+        _params: &IndexParams,
+    ) -> Result<Vec<u8>> {
+        let mut builder = PostingBuilder::new();
+        while let Some(batch) = input.next().await {
+            add_batch(&mut builder, &batch?)?;
+        }
+        let mut writer = PostingsWriter::create(&ctx.store, dir).await?;
+        for (trigram, posting) in builder.finish() {
+            writer.push(trigram, &posting).await?;
+        }
+        let trigrams = writer.finish().await?;
+        NgramDetails {
+            format_version: FORMAT_VERSION,
+            trigrams,
+        }
+        .encode()
+    }
+
+    async fn open(
+        &self,
+        ctx: &IndexContext,
+        dir: &RelativePath,
+        details: &[u8],
+    ) -> Result<Arc<dyn IndexSegmentReader>> {
+        Ok(Arc::new(NgramSegment::open(ctx, dir, details).await?))
+    }
+
+    async fn remap(
+        &self,
+        ctx: &IndexContext,
+        old_dir: &RelativePath,
+        details: &[u8],
+        new_dir: &RelativePath,
+        translator: &dyn Translator,
+    ) -> Result<Vec<u8>> {
+        let details = NgramDetails::decode(details)?;
+        let reader = open_postings(ctx, old_dir, &details).await?;
+        let mut writer = PostingsWriter::create(&ctx.store, new_dir).await?;
+        let mut batches = reader
+            .read_range(0..reader.num_rows(), None, REMAP_READ_ROWS)
+            .await?;
+        let mut seen = 0u64;
+        while let Some(batch) = batches.try_next().await? {
+            let trigram_values = trigram_column(&batch)?;
+            let postings = posting_column(&batch)?;
+            for (row, trigram) in trigram_values.values().iter().enumerate() {
+                let posting = decode_posting(postings, row)?;
+                let remapped = remap_posting(&posting, MAX_TRANSLATION_BATCH, |slice, out| {
+                    translator.translate(slice, out)
+                })?;
+                // `push` skips postings whose rows were all deleted and
+                // rejects out-of-order trigrams (a corrupt source file).
+                writer
+                    .push(*trigram, &remapped)
+                    .await
+                    .map_err(|e| match e {
+                        Error::InvalidInput { message } => {
+                            Error::corrupt("ngram postings file", message)
+                        }
+                        other => other,
+                    })?;
+            }
+            seen += batch.num_rows() as u64;
+        }
+        if seen != details.trigrams {
+            return Err(Error::corrupt(
+                "ngram postings file",
+                format!("read {seen} postings, details say {}", details.trigrams),
+            ));
+        }
+        let trigrams = writer.finish().await?;
+        NgramDetails {
+            format_version: FORMAT_VERSION,
+            trigrams,
+        }
+        .encode()
+    }
+}
+
+/// An opened ngram segment: the trigram column is held in memory (4 bytes per
+/// distinct trigram); postings are read on demand.
+pub struct NgramSegment {
+    reader: LanceFileReader,
+    trigrams: Vec<Trigram>,
+}
+
+impl NgramSegment {
+    /// Opens the segment at `dir` (what [`IndexType::open`] returns, as the
+    /// concrete type so callers can inspect postings).
+    pub async fn open(ctx: &IndexContext, dir: &RelativePath, details: &[u8]) -> Result<Self> {
+        let details = NgramDetails::decode(details)?;
+        let reader = open_postings(ctx, dir, &details).await?;
+        let trigrams = storage::read_trigrams(&reader).await?;
+        Ok(Self { reader, trigrams })
+    }
+
+    /// The distinct trigrams, ascending.
+    pub fn trigrams(&self) -> &[Trigram] {
+        &self.trigrams
+    }
+
+    /// Reads the postings at file rows `rows` (ascending).
+    async fn read_postings(&self, rows: &[u32]) -> Result<Vec<RoaringTreemap>> {
+        let batch = self
+            .reader
+            .take(rows, Some(&[storage::POSTING_COLUMN]))
+            .await?;
+        let column = posting_column(&batch)?;
+        if column.len() != rows.len() {
+            return Err(Error::corrupt(
+                "ngram postings file",
+                format!("asked for {} postings, read {}", rows.len(), column.len()),
+            ));
+        }
+        (0..column.len())
+            .map(|row| decode_posting(column, row))
+            .collect()
+    }
+
+    /// Candidate rows for `needle`: rows holding every trigram of it.
+    async fn candidates(&self, needle: &str) -> Result<RoaringTreemap> {
+        let mut rows = Vec::new();
+        for trigram in trigrams(needle) {
+            match self.trigrams.binary_search(&trigram) {
+                Ok(row) => rows.push(u32::try_from(row).map_err(|_| {
+                    Error::corrupt("ngram postings file", "more than u32::MAX trigrams")
+                })?),
+                // A trigram no row has: nothing can contain the needle.
+                Err(_) => return Ok(RoaringTreemap::new()),
+            }
+        }
+        rows.sort_unstable();
+        Ok(intersect_all(self.read_postings(&rows).await?).unwrap_or_default())
+    }
+
+    /// Calls `visit` with every stored (trigram, posting), in trigram order,
+    /// holding one read batch of postings at a time.
+    pub async fn for_each_posting<F>(&self, mut visit: F) -> Result<()>
+    where
+        F: FnMut(Trigram, RoaringTreemap) + Send,
+    {
+        if self.trigrams.is_empty() {
+            return Ok(());
+        }
+        let mut batches = self
+            .reader
+            .read_range(0..self.reader.num_rows(), None, REMAP_READ_ROWS)
+            .await?;
+        while let Some(batch) = batches.try_next().await? {
+            let trigram_values: &UInt32Array = trigram_column(&batch)?;
+            let postings = posting_column(&batch)?;
+            for (row, trigram) in trigram_values.values().iter().enumerate() {
+                visit(*trigram, decode_posting(postings, row)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// The stored posting of every trigram, in trigram order (diagnostics and tests).
+    pub async fn postings(&self) -> Result<Vec<(Trigram, RoaringTreemap)>> {
+        let mut out = Vec::with_capacity(self.trigrams.len());
+        self.for_each_posting(|t, p| out.push((t, p))).await?;
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl IndexSegmentReader for NgramSegment {
+    fn can_answer(&self, query: &IndexQuery) -> bool {
+        matches!(query, IndexQuery::Contains(needle) if needle_is_indexable(needle))
+    }
+
+    async fn search(&self, query: &IndexQuery) -> Result<SearchResult> {
+        match query {
+            IndexQuery::Contains(needle) if needle_is_indexable(needle) => {
+                Ok(SearchResult::Candidates(self.candidates(needle).await?))
+            }
+            other => Err(Error::invalid_input(format!(
+                "an ngram index cannot answer {other:?}"
+            ))),
+        }
+    }
+
+    async fn stored_addresses(&self) -> Result<RoaringTreemap> {
+        let mut all = RoaringTreemap::new();
+        self.for_each_posting(|_, posting| all |= posting).await?;
+        Ok(all)
+    }
+}

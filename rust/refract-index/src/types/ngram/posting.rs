@@ -1,0 +1,234 @@
+//! Posting lists: trigram → RoaringTreemap of stored row addresses.
+//!
+//! Building keeps one treemap per distinct trigram (never one entry per row).
+//! Remapping walks a posting lazily in slices of at most
+//! [`MAX_TRANSLATION_BATCH`] addresses, so the only memory that grows with the
+//! posting is the output treemap itself.
+
+use std::collections::BTreeMap;
+
+use refract_core::{Error, Result};
+use roaring::RoaringTreemap;
+
+use super::trigram::{trigrams, Trigram};
+
+/// The largest slice of addresses handed to a translator in one call.
+pub const MAX_TRANSLATION_BATCH: usize = 65_536;
+
+/// Accumulates postings while a segment is built.
+#[derive(Debug, Default)]
+pub struct PostingBuilder {
+    postings: BTreeMap<Trigram, RoaringTreemap>,
+}
+
+impl PostingBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds every trigram of `value` for the row at `addr`.
+    pub fn add(&mut self, value: &str, addr: u64) {
+        for trigram in trigrams(value) {
+            self.postings.entry(trigram).or_default().insert(addr);
+        }
+    }
+
+    /// Distinct trigrams seen so far.
+    pub fn len(&self) -> usize {
+        self.postings.len()
+    }
+
+    /// True when no trigram has been seen.
+    pub fn is_empty(&self) -> bool {
+        self.postings.is_empty()
+    }
+
+    /// The postings in ascending trigram order, compacted for storage.
+    pub fn finish(self) -> impl Iterator<Item = (Trigram, RoaringTreemap)> {
+        self.postings.into_iter().map(|(trigram, mut posting)| {
+            posting.optimize();
+            (trigram, posting)
+        })
+    }
+}
+
+/// Serializes a posting in the portable roaring format.
+pub fn serialize_posting(posting: &RoaringTreemap) -> Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(posting.serialized_size());
+    posting
+        .serialize_into(&mut bytes)
+        .map_err(|e| Error::external("serializing an ngram posting", e))?;
+    Ok(bytes)
+}
+
+/// Deserializes a posting; undecodable bytes are [`Error::Corrupt`].
+pub fn deserialize_posting(bytes: &[u8]) -> Result<RoaringTreemap> {
+    RoaringTreemap::deserialize_from(bytes)
+        .map_err(|e| Error::corrupt("ngram posting", e.to_string()))
+}
+
+/// Intersects postings; `None` when there are none to intersect.
+pub fn intersect_all<I>(postings: I) -> Option<RoaringTreemap>
+where
+    I: IntoIterator<Item = RoaringTreemap>,
+{
+    let mut sorted: Vec<RoaringTreemap> = postings.into_iter().collect();
+    // Start from the smallest posting so every intermediate result stays small.
+    sorted.sort_by_key(RoaringTreemap::len);
+    let mut iter = sorted.into_iter();
+    let mut acc = iter.next()?;
+    for posting in iter {
+        if acc.is_empty() {
+            break;
+        }
+        acc &= posting;
+    }
+    Some(acc)
+}
+
+/// Rewrites `posting` through `translate`, which receives slices of at most
+/// [`MAX_TRANSLATION_BATCH`] addresses and must fill `out` with one result per
+/// input (`None` = the row is gone). Survivors go into the returned treemap.
+///
+/// `max_slice` lets callers use smaller slices; it is clamped to
+/// `1..=MAX_TRANSLATION_BATCH`.
+pub fn remap_posting<F>(
+    posting: &RoaringTreemap,
+    max_slice: usize,
+    mut translate: F,
+) -> Result<RoaringTreemap>
+where
+    F: FnMut(&[u64], &mut Vec<Option<u64>>) -> Result<()>,
+{
+    let slice_len = max_slice.clamp(1, MAX_TRANSLATION_BATCH);
+    let mut input: Vec<u64> = Vec::with_capacity(slice_len.min(posting.len() as usize));
+    let mut output: Vec<Option<u64>> = Vec::with_capacity(input.capacity());
+    let mut survivors: Vec<u64> = Vec::with_capacity(input.capacity());
+    let mut remapped = RoaringTreemap::new();
+    let mut addrs = posting.iter();
+    loop {
+        input.clear();
+        input.extend(addrs.by_ref().take(slice_len));
+        if input.is_empty() {
+            break;
+        }
+        output.clear();
+        translate(&input, &mut output)?;
+        if output.len() != input.len() {
+            return Err(Error::invalid_input(format!(
+                "translator returned {} results for {} addresses",
+                output.len(),
+                input.len()
+            )));
+        }
+        survivors.clear();
+        survivors.extend(output.iter().flatten().copied());
+        // Translation may reorder addresses; sorting the bounded slice lets
+        // the treemap be built by appends instead of random inserts.
+        survivors.sort_unstable();
+        survivors.dedup();
+        // `survivors` is sorted and deduplicated, so this cannot fail.
+        let slice = RoaringTreemap::from_sorted_iter(survivors.iter().copied())
+            .map_err(|e| Error::invalid_input(format!("unsorted translated addresses: {e}")))?;
+        remapped |= slice;
+    }
+    remapped.optimize();
+    Ok(remapped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn treemap(values: &[u64]) -> RoaringTreemap {
+        values.iter().copied().collect()
+    }
+
+    #[test]
+    fn builder_groups_rows_by_trigram() {
+        let mut builder = PostingBuilder::new();
+        builder.add("abcd", 1);
+        builder.add("xbcd", 2);
+        let postings: Vec<_> = builder.finish().collect();
+        let bcd = super::super::trigram::pack(*b"bcd");
+        let found = postings
+            .iter()
+            .find(|(t, _)| *t == bcd)
+            .map(|(_, p)| p.clone());
+        assert_eq!(found, Some(treemap(&[1, 2])));
+        assert_eq!(postings.len(), 3);
+    }
+
+    #[test]
+    fn intersection_of_nothing_is_none() {
+        assert_eq!(intersect_all(Vec::new()), None);
+        assert_eq!(
+            intersect_all(vec![
+                treemap(&[1, 2, 3]),
+                treemap(&[2, 3, 4]),
+                treemap(&[3, 9])
+            ]),
+            Some(treemap(&[3]))
+        );
+    }
+
+    #[test]
+    fn corrupt_posting_bytes_are_corrupt_errors() {
+        let err = deserialize_posting(&[1, 2, 3]).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+
+    #[test]
+    fn remap_walks_dense_posting_in_bounded_slices() {
+        let posting: RoaringTreemap = (0..300_000u64).collect();
+        let mut max_seen = 0usize;
+        let mut calls = 0usize;
+        let remapped = remap_posting(&posting, usize::MAX, |batch, out| {
+            max_seen = max_seen.max(batch.len());
+            calls += 1;
+            // Drop every third row, move the rest to fragment 7.
+            out.extend(batch.iter().map(|a| (a % 3 != 0).then_some((7 << 32) | a)));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(max_seen, MAX_TRANSLATION_BATCH);
+        assert_eq!(calls, 300_000usize.div_ceil(MAX_TRANSLATION_BATCH));
+        let expected: RoaringTreemap = (0..300_000u64)
+            .filter(|a| a % 3 != 0)
+            .map(|a| (7 << 32) | a)
+            .collect();
+        assert_eq!(remapped, expected);
+    }
+
+    #[test]
+    fn translator_returning_wrong_count_is_rejected() {
+        let err = remap_posting(&treemap(&[1, 2]), 10, |_, out| {
+            out.push(Some(1));
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }));
+    }
+
+    proptest! {
+        #[test]
+        fn remap_equals_elementwise_translation(
+            addrs in proptest::collection::btree_set(0u64..5_000, 0..400),
+            slice in 1usize..50,
+            modulus in 2u64..7,
+        ) {
+            let posting: RoaringTreemap = addrs.iter().copied().collect();
+            // A reordering translator with collisions and deletions.
+            let f = |a: u64| (a % modulus != 0).then_some(10_000 - a / 2);
+            let remapped = remap_posting(&posting, slice, |batch, out| {
+                assert!(batch.len() <= slice);
+                out.extend(batch.iter().map(|a| f(*a)));
+                Ok(())
+            }).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let expected: RoaringTreemap = addrs.iter().filter_map(|a| f(*a)).collect();
+            prop_assert_eq!(remapped, expected);
+        }
+    }
+}

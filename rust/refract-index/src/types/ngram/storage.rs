@@ -1,0 +1,187 @@
+//! The ngram segment file: `ngram.lance` with one row per distinct trigram,
+//! `(trigram: UInt32, posting: LargeBinary)`, trigrams strictly ascending.
+//! Postings are serialized `RoaringTreemap`s of stored row addresses.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt32Type;
+use arrow_array::{Array, ArrayRef, LargeBinaryArray, RecordBatch, UInt32Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use refract_core::{Error, Result};
+use refract_table::io::{DatasetStore, LanceFileReader, LanceFileWriter, RelativePath};
+use roaring::RoaringTreemap;
+
+use super::posting::{deserialize_posting, serialize_posting};
+use super::trigram::Trigram;
+
+/// File name of the postings file inside a segment directory.
+pub const POSTINGS_FILE: &str = "ngram.lance";
+/// Column holding the packed trigram.
+pub const TRIGRAM_COLUMN: &str = "trigram";
+/// Column holding the serialized posting.
+pub const POSTING_COLUMN: &str = "posting";
+
+/// Rows buffered before a write; postings are small on average.
+const WRITE_BATCH_ROWS: usize = 1024;
+/// Serialized bytes buffered before a write, whatever the row count.
+const WRITE_BATCH_BYTES: usize = 8 << 20;
+
+/// The schema of [`POSTINGS_FILE`].
+pub fn postings_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new(TRIGRAM_COLUMN, DataType::UInt32, false),
+        Field::new(POSTING_COLUMN, DataType::LargeBinary, false),
+    ]))
+}
+
+/// The postings file of the segment at `dir`.
+pub fn postings_path(dir: &RelativePath) -> Result<RelativePath> {
+    dir.join(POSTINGS_FILE)
+}
+
+/// Writes postings in ascending trigram order, buffering bounded batches.
+pub struct PostingsWriter {
+    writer: LanceFileWriter,
+    trigrams: Vec<Trigram>,
+    postings: Vec<Vec<u8>>,
+    buffered_bytes: usize,
+    last: Option<Trigram>,
+    written: u64,
+}
+
+impl PostingsWriter {
+    /// Starts the postings file of the segment at `dir`.
+    pub async fn create(store: &DatasetStore, dir: &RelativePath) -> Result<Self> {
+        let writer =
+            LanceFileWriter::create(store, &postings_path(dir)?, postings_schema()).await?;
+        Ok(Self {
+            writer,
+            trigrams: Vec::new(),
+            postings: Vec::new(),
+            buffered_bytes: 0,
+            last: None,
+            written: 0,
+        })
+    }
+
+    /// Appends one posting; empty postings are skipped. Trigrams must ascend.
+    pub async fn push(&mut self, trigram: Trigram, posting: &RoaringTreemap) -> Result<()> {
+        if posting.is_empty() {
+            return Ok(());
+        }
+        if self.last.is_some_and(|last| last >= trigram) {
+            return Err(Error::invalid_input(format!(
+                "ngram postings must be written in ascending trigram order ({trigram:#08x} after {:#08x?})",
+                self.last
+            )));
+        }
+        self.last = Some(trigram);
+        let bytes = serialize_posting(posting)?;
+        self.buffered_bytes += bytes.len();
+        self.trigrams.push(trigram);
+        self.postings.push(bytes);
+        if self.trigrams.len() >= WRITE_BATCH_ROWS || self.buffered_bytes >= WRITE_BATCH_BYTES {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<()> {
+        if self.trigrams.is_empty() {
+            return Ok(());
+        }
+        let trigrams: ArrayRef = Arc::new(UInt32Array::from(std::mem::take(&mut self.trigrams)));
+        let postings = std::mem::take(&mut self.postings);
+        let postings: ArrayRef = Arc::new(LargeBinaryArray::from_iter_values(postings.iter()));
+        let batch = RecordBatch::try_new(postings_schema(), vec![trigrams, postings])
+            .map_err(|e| Error::external("assembling an ngram postings batch", e))?;
+        self.written += batch.num_rows() as u64;
+        self.buffered_bytes = 0;
+        self.writer.write(&batch).await
+    }
+
+    /// Completes the file; returns the number of postings written.
+    pub async fn finish(mut self) -> Result<u64> {
+        self.flush().await?;
+        self.writer.finish().await?;
+        Ok(self.written)
+    }
+}
+
+/// Checks that `reader` holds an ngram postings file.
+pub fn check_schema(reader: &LanceFileReader) -> Result<()> {
+    let schema = reader.schema();
+    let expected = postings_schema();
+    let types_match = schema.fields().len() == expected.fields().len()
+        && schema
+            .fields()
+            .iter()
+            .zip(expected.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+    if types_match {
+        Ok(())
+    } else {
+        Err(Error::corrupt(
+            "ngram postings file",
+            format!("unexpected schema {schema:?}"),
+        ))
+    }
+}
+
+/// The trigram column of a batch read from the postings file.
+pub fn trigram_column(batch: &RecordBatch) -> Result<&UInt32Array> {
+    batch
+        .column_by_name(TRIGRAM_COLUMN)
+        .and_then(|c| c.as_primitive_opt::<UInt32Type>())
+        .filter(|c| c.null_count() == 0)
+        .ok_or_else(|| Error::corrupt("ngram postings file", "missing or null trigram column"))
+}
+
+/// The posting column of a batch read from the postings file.
+pub fn posting_column(batch: &RecordBatch) -> Result<&LargeBinaryArray> {
+    batch
+        .column_by_name(POSTING_COLUMN)
+        .and_then(|c| c.as_binary_opt::<i64>())
+        .filter(|c| c.null_count() == 0)
+        .ok_or_else(|| Error::corrupt("ngram postings file", "missing or null posting column"))
+}
+
+/// Decodes posting `row` of `column`.
+pub fn decode_posting(column: &LargeBinaryArray, row: usize) -> Result<RoaringTreemap> {
+    if row >= column.len() {
+        return Err(Error::corrupt(
+            "ngram postings file",
+            format!("posting row {row} missing"),
+        ));
+    }
+    deserialize_posting(column.value(row))
+}
+
+/// Reads the whole trigram column and checks it is strictly ascending.
+pub async fn read_trigrams(reader: &LanceFileReader) -> Result<Vec<Trigram>> {
+    let mut trigrams = Vec::with_capacity(usize::try_from(reader.num_rows()).unwrap_or(0));
+    if reader.num_rows() == 0 {
+        return Ok(trigrams);
+    }
+    for batch in reader.read_all(Some(&[TRIGRAM_COLUMN])).await? {
+        trigrams.extend(trigram_column(&batch)?.values().iter().copied());
+    }
+    if trigrams.len() as u64 != reader.num_rows() {
+        return Err(Error::corrupt(
+            "ngram postings file",
+            format!(
+                "read {} trigrams, file has {} rows",
+                trigrams.len(),
+                reader.num_rows()
+            ),
+        ));
+    }
+    if trigrams.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(Error::corrupt(
+            "ngram postings file",
+            "trigrams are not strictly ascending",
+        ));
+    }
+    Ok(trigrams)
+}
