@@ -237,7 +237,9 @@ enum Piece<'a> {
 /// Canonical text: keywords upper-case, `!=` for not-equal, floats always
 /// with a `.` or exponent, identifiers quoted only when needed, and every
 /// AND/OR operand that is itself AND/OR in parentheses. `parse` of this text
-/// returns an equal `Expr` (for finite float literals).
+/// returns an equal `Expr` for every expression the language can spell: the
+/// exceptions are hand-built trees with a non-finite float, an empty IN list
+/// or a zero divisor, which [`Expr::validate`] rejects anyway.
 impl fmt::Display for Expr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut stack = vec![Piece::Node(self)];
