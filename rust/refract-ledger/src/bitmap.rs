@@ -166,6 +166,7 @@ impl<'a> Cursor<'a> {
             .filter(|end| *end <= self.bytes.len());
         match end {
             Some(end) => {
+                // `pos <= end <= bytes.len()` by the filter above.
                 let out = &self.bytes[self.pos..end];
                 self.pos = end;
                 Ok(out)
@@ -174,6 +175,7 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    // `take(n)` returns exactly `n` bytes, so the fixed indices below hold.
     fn u16(&mut self) -> Checked<u16> {
         let b = self.take(2)?;
         Ok(u16::from_le_bytes([b[0], b[1]]))

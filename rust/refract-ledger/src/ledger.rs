@@ -114,6 +114,8 @@ impl Ledger {
             .iter()
             .filter_map(|&i| i.checked_sub(legacy_count))
             .collect();
+        // `ordered` is a permutation of 0..transitions.len() (Kahn visits every
+        // record once), so the indexing below stays in bounds.
         let mut position = vec![0usize; transitions.len()];
         for (new, &old) in ordered.iter().enumerate() {
             position[old] = new;

@@ -70,6 +70,7 @@ pub(crate) fn order_records(records: &[&TransitionRecord]) -> Checked<FlatLineag
                 )));
             }
             check_edge_rows(records, producer, s.id, s.physical_rows)?;
+            // `producer` and `i` are indices into `records`, the length of both vectors.
             successors[producer].push(i);
             indegree[i] += 1;
         }

@@ -93,6 +93,7 @@ impl<'a> FieldIter<'a> {
                 if i == 9 && *byte > 1 {
                     return Err("varint overflows u64".to_string());
                 }
+                // `i < rest.len()` because `i` came from iterating `rest`.
                 self.rest = &self.rest[i + 1..];
                 return Ok(value);
             }

@@ -127,7 +127,7 @@ fn remove_transitions_trims_by_fingerprint() {
             .unwrap(),
         2
     );
-    assert_eq!(ledger.transitions(), &[b.clone()]);
+    assert_eq!(ledger.transitions(), std::slice::from_ref(&b));
     assert!(ledger.lineage().producer_of(2).is_none());
     assert_eq!(ledger.remove_transitions([a.fingerprint()]).unwrap(), 0);
     assert_eq!(ledger.remove_transitions([b.fingerprint()]).unwrap(), 1);
