@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Array, RecordBatch, UInt16Array};
+use arrow_array::{RecordBatch, UInt16Array};
 use arrow_schema::{DataType, Field, Schema};
 use bytes::Bytes;
 use refract_core::{Error, Result};
