@@ -43,7 +43,7 @@ impl Ledger {
     /// The version gate and the external reference checks run before
     /// `read_external` is called; it is called at most once, only for external
     /// content, and its result must have exactly the recorded size. For async
-    /// storage, use [`decode::parse_details`], read the range yourself, then
+    /// storage, use [`crate::parse_details`], read the range yourself, then
     /// [`Ledger::from_content_bytes`].
     pub fn decode(
         details: &[u8],
@@ -236,7 +236,7 @@ impl Ledger {
     }
 
     /// Encodes the details of a new FRI entry `fri_uuid`: inline up to
-    /// [`encode::MAX_INLINE_BYTES`], otherwise a reference to
+    /// [`crate::MAX_INLINE_BYTES`], otherwise a reference to
     /// `_indices/<fri_uuid>/details.binpb`, whose bytes the caller writes.
     ///
     /// Errors: NotSupported when the ledger holds unsupported transitions.
