@@ -9,11 +9,14 @@
 //! `floor(a/T) + floor(b/T) == floor((a+b)/T)`, so the tasks together write exactly
 //! the `floor(L/T)` outputs one task over the whole bin would write. Every output
 //! of the bin then has between `T` and `T + (L mod T)` rows: no stranded tail, and
-//! no output larger than the bin's slack allows. A bin without such a boundary is
-//! one task.
+//! no output larger than the bin's slack allows. To stay close to the bin's even
+//! split, a task ends at the first such boundary that is at or past the ideal end
+//! (in the whole bin's balance) of the outputs it holds. A bin without such a
+//! boundary is one task.
 
 use std::ops::Range;
 
+use super::balance::Balance;
 use super::candidates::{Candidacy, CandidateRules, FragmentStats};
 
 /// Iterator over the non-trivial bins of a fragment list, as index ranges.
@@ -67,6 +70,8 @@ pub struct TaskSplits<'a> {
     /// Live rows before `next`, counted from the bin start.
     rows_before: u64,
     bin_rows: u64,
+    /// The even split of the whole bin; task ends follow its boundaries.
+    bin_balance: Balance,
     target: u64,
 }
 
@@ -74,13 +79,15 @@ impl<'a> TaskSplits<'a> {
     /// Splits `bin` (a range of `fragments`) into tasks for `target` rows.
     pub fn new(fragments: &'a [FragmentStats], bin: Range<usize>, target: u64) -> Self {
         let bin_rows = fragments[bin.clone()].iter().map(|f| f.live_rows).sum();
+        let target = target.max(1);
         Self {
             fragments,
             end: bin.end,
             next: bin.start,
             rows_before: 0,
             bin_rows,
-            target: target.max(1),
+            bin_balance: Balance::for_task(bin_rows, 0, target, None),
+            target,
         }
     }
 }
@@ -97,13 +104,22 @@ impl Iterator for TaskSplits<'_> {
         for index in start..self.end {
             rows += self.fragments[index].live_rows; // index < end <= len
             let is_last = index + 1 == self.end;
-            if is_last || lossless_cut(self.rows_before, rows, self.bin_rows, self.target) {
+            if is_last || self.is_cut(rows) {
                 self.next = index + 1;
                 self.rows_before = rows;
                 return Some(start..index + 1);
             }
         }
         None // unreachable: the loop returns at the last index
+    }
+}
+
+impl TaskSplits<'_> {
+    /// Cut after `rows` rows of the bin? Lossless, and at or past the ideal end of
+    /// the outputs before it (lossless cuts keep `floor(rows / T)` outputs before).
+    fn is_cut(&self, rows: u64) -> bool {
+        lossless_cut(self.rows_before, rows, self.bin_rows, self.target)
+            && rows >= self.bin_balance.end(rows / self.target)
     }
 }
 

@@ -163,7 +163,11 @@ fn largest_useful_prefix(
         .is_some_and(|f| rules.has_deletions_to_materialize(f));
     for k in (1..=fitting).rev() {
         let rows = used.rows;
-        let complete = balance.complete_within(rows);
+        // The last output is complete only with the whole task: a prefix holding
+        // all live rows would leave its zero-row suffix stranded.
+        let complete = balance
+            .complete_within(rows)
+            .min(balance.count().saturating_sub(1));
         let carried = rows - balance.end(complete);
         let progress = k >= 2 || first_materializes;
         let strands_nothing = carried < target || complete + 1 < balance.count();
