@@ -5,12 +5,21 @@
 //! remap through bounded translators, and index-aware query execution.
 
 pub mod keys;
+pub mod manage;
 pub mod posting;
+pub mod query;
 pub mod registry;
+pub mod resolver;
 pub mod translate;
 pub mod types;
 
+pub use manage::{
+    create_index, create_index_with, describe_index, drop_index, list_indices, optimize_indices,
+    optimize_indices_with, IndexSummary, SegmentSummary,
+};
+pub use query::{Explain, Query, QueryResult, SegmentExplain};
 pub use registry::{IndexRegistry, RegisteredType};
+pub use resolver::{DirectResolver, ResolvedSegment, SegmentResolver};
 pub use translate::{Translator, MAX_TRANSLATION_BATCH};
 pub use types::{
     IndexContext, IndexParams, IndexQuery, IndexSegmentReader, IndexType, LegacyIndexPlugin,

@@ -53,6 +53,8 @@ impl IndexRegistry {
         let mut registry = Self::empty();
         registry.register(Arc::new(crate::types::btree::BTreeIndexType));
         registry.register(Arc::new(crate::types::bitmap::BitmapIndexType));
+        registry.register(Arc::new(crate::types::ngram::NgramIndex));
+        registry.register(Arc::new(crate::types::ivf_flat::IvfFlatIndex));
         registry
     }
 
@@ -83,5 +85,28 @@ impl IndexRegistry {
     /// Registered names, sorted.
     pub fn names(&self) -> Vec<&str> {
         self.types.keys().map(String::as_str).collect()
+    }
+}
+
+impl RegisteredType {
+    /// Opens a segment of this type.
+    pub async fn open(
+        &self,
+        ctx: &crate::types::IndexContext,
+        dir: &refract_table::io::RelativePath,
+        details: &[u8],
+    ) -> Result<Arc<dyn crate::types::IndexSegmentReader>> {
+        match self {
+            RegisteredType::Streaming(t) => t.open(ctx, dir, details).await,
+            RegisteredType::Legacy(t) => t.open(ctx, dir, details).await,
+        }
+    }
+
+    /// The on-disk layout version this type writes.
+    pub fn index_version(&self) -> u32 {
+        match self {
+            RegisteredType::Streaming(t) => t.index_version(),
+            RegisteredType::Legacy(t) => t.index_version(),
+        }
     }
 }

@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
 
 pub mod bitmap;
 pub mod btree;
+pub mod ivf_flat;
+pub mod ngram;
 
 pub use crate::translate::{Translator, MAX_TRANSLATION_BATCH};
 

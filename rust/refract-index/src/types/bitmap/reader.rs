@@ -52,7 +52,7 @@ pub(crate) async fn open_cached(
     let path = dir.join(BITMAP_FILE)?;
     let key = CacheKey::new(
         CacheNamespace::IndexData,
-        KeyParts::Path(path.as_str().to_string()),
+        KeyParts::Path(format!("{}/{}", ctx.store.uri(), path.as_str())),
     );
     ctx.cache
         .get_or_try_insert(key, open(ctx, dir, details))

@@ -54,7 +54,7 @@ pub(crate) async fn open_cached(
     let lookup_path = dir.join(PAGE_LOOKUP_FILE)?;
     let key = CacheKey::new(
         CacheNamespace::IndexData,
-        KeyParts::Path(lookup_path.as_str().to_string()),
+        KeyParts::Path(format!("{}/{}", ctx.store.uri(), lookup_path.as_str())),
     );
     ctx.cache
         .get_or_try_insert(key, open(ctx, dir, details))

@@ -1,0 +1,458 @@
+//! Filter execution (see the module docs of [`crate::query`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use futures::TryStreamExt;
+use refract_core::{Error, Result};
+use refract_table::io::index_dir;
+use refract_table::predicate::Expr;
+use refract_table::{Dataset, IndexMetadata, ROW_ADDRESS_COLUMN};
+use roaring::{RoaringBitmap, RoaringTreemap};
+
+use super::plan::{and_all, conjuncts, indexable};
+use super::{Explain, Query, QueryResult, SegmentExplain};
+use crate::manage::{index_context, user_segments};
+use crate::resolver::ResolvedSegment;
+use crate::translate::MAX_TRANSLATION_BATCH;
+use crate::types::{IndexQuery, IndexSegmentReader, SearchResult};
+
+/// Addresses fetched per `take` call.
+const TAKE_CHUNK: usize = 65_536;
+
+/// A segment that serves some live fragments for the chosen query.
+pub(crate) struct Served {
+    pub(crate) resolved: ResolvedSegment,
+    pub(crate) reader: Arc<dyn IndexSegmentReader>,
+}
+
+/// The index chosen for a query and the segments serving it.
+pub(crate) struct Chosen {
+    pub(crate) name: String,
+    pub(crate) served: Vec<Served>,
+}
+
+impl Chosen {
+    /// Union of the served coverages.
+    pub(crate) fn covered(&self) -> RoaringBitmap {
+        let mut covered = RoaringBitmap::new();
+        for s in &self.served {
+            covered |= &s.resolved.coverage;
+        }
+        covered
+    }
+}
+
+pub(crate) async fn execute(query: &Query) -> Result<QueryResult> {
+    let dataset = &query.dataset;
+    let output = output_columns(query)?;
+    let parts = query.filter.as_ref().map(conjuncts).unwrap_or_default();
+    let mut explain = Explain::default();
+    let mut pieces = Vec::new();
+    let mut covered = RoaringBitmap::new();
+    if query.use_index {
+        for candidate in indexable(&parts) {
+            let Some(chosen) = choose(query, &candidate.column, &candidate.query).await? else {
+                continue;
+            };
+            covered = chosen.covered();
+            let (addrs, exact) = search_segments(&chosen, &candidate.query, &mut explain).await?;
+            let residual = if exact {
+                let rest: Vec<Expr> = parts
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != candidate.position)
+                    .map(|(_, e)| e.clone())
+                    .collect();
+                and_all(rest)
+            } else {
+                query.filter.clone()
+            };
+            let live = drop_deleted(dataset, addrs).await?;
+            pieces.push(fetch(dataset, &live, &output, residual.as_ref()).await?);
+            explain.index = Some(chosen.name);
+            break;
+        }
+    }
+    let uncovered = uncovered_fragments(dataset, &covered);
+    if !uncovered.is_empty() {
+        pieces.push(scan(dataset, &output, query.filter.as_ref(), &uncovered).await?);
+    }
+    explain.scanned_fragments = uncovered;
+    let schema = output_schema(dataset, &output, false)?;
+    let batch = merge_in_scan_order(dataset, &schema, pieces)?;
+    Ok(QueryResult { batch, explain })
+}
+
+/// Finds a user index on `column` whose segments can answer `index_query`.
+pub(crate) async fn choose(
+    query: &Query,
+    column: &str,
+    index_query: &IndexQuery,
+) -> Result<Option<Chosen>> {
+    let dataset = &query.dataset;
+    let mut names: Vec<&str> = Vec::new();
+    for meta in user_segments(&dataset.manifest().indices) {
+        if meta.fields.len() == 1
+            && meta.fields.first().is_some_and(|f| f == column)
+            && !names.contains(&meta.name.as_str())
+        {
+            names.push(&meta.name);
+        }
+    }
+    for name in names {
+        let segments: Vec<IndexMetadata> = user_segments(&dataset.manifest().indices)
+            .filter(|m| m.name == name)
+            .cloned()
+            .collect();
+        let served = serve(query, &segments, index_query).await?;
+        if !served.is_empty() {
+            return Ok(Some(Chosen {
+                name: name.to_string(),
+                served,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// Resolves and opens the segments that serve fragments and can answer the query.
+/// A segment of an unregistered type, or one that cannot answer, serves nothing
+/// (its fragments are scanned).
+async fn serve(
+    query: &Query,
+    segments: &[IndexMetadata],
+    index_query: &IndexQuery,
+) -> Result<Vec<Served>> {
+    let ctx = index_context(&query.dataset);
+    let resolved = query.resolver.resolve(&query.dataset, segments).await?;
+    let mut served = Vec::new();
+    for resolved in resolved {
+        if resolved.coverage.is_empty() {
+            continue;
+        }
+        let Ok(registered) = query.registry.get(&resolved.meta.index_type) else {
+            tracing::warn!(
+                index = %resolved.meta.name,
+                index_type = %resolved.meta.index_type,
+                "index type not registered; scanning its fragments"
+            );
+            continue;
+        };
+        let reader = registered
+            .open(
+                &ctx,
+                &index_dir(&resolved.meta.uuid),
+                &resolved.meta.details,
+            )
+            .await?;
+        if reader.can_answer(index_query) {
+            served.push(Served { resolved, reader });
+        }
+    }
+    Ok(served)
+}
+
+/// Searches every served segment; returns current addresses and whether all
+/// results were exact.
+async fn search_segments(
+    chosen: &Chosen,
+    index_query: &IndexQuery,
+    explain: &mut Explain,
+) -> Result<(RoaringTreemap, bool)> {
+    let mut all = RoaringTreemap::new();
+    let mut exact = true;
+    for served in &chosen.served {
+        let (stored, kind) = match served.reader.search(index_query).await? {
+            SearchResult::Exact(set) => (set, "exact"),
+            SearchResult::Candidates(set) => {
+                exact = false;
+                (set, "candidates")
+            }
+            SearchResult::Scored(_) => {
+                return Err(Error::invalid_input(format!(
+                    "segment {} returned scored results for a filter",
+                    served.resolved.meta.uuid
+                )))
+            }
+        };
+        all |= current_addresses(&served.resolved, stored).await?;
+        explain
+            .segments
+            .push(segment_explain(&served.resolved, kind));
+    }
+    Ok((all, exact))
+}
+
+pub(crate) fn segment_explain(resolved: &ResolvedSegment, kind: &str) -> SegmentExplain {
+    SegmentExplain {
+        uuid: resolved.meta.uuid,
+        index_type: resolved.meta.index_type.clone(),
+        fragments: resolved.coverage.iter().map(u64::from).collect(),
+        translated: resolved.translator.is_some(),
+        hops: resolved.hops,
+        result: kind.to_string(),
+    }
+}
+
+/// Stored addresses → current addresses inside the segment's coverage.
+async fn current_addresses(
+    resolved: &ResolvedSegment,
+    stored: RoaringTreemap,
+) -> Result<RoaringTreemap> {
+    let in_coverage =
+        |addr: u64| u32::try_from(addr >> 32).is_ok_and(|frag| resolved.coverage.contains(frag));
+    let Some(translator) = &resolved.translator else {
+        return Ok(stored.into_iter().filter(|a| in_coverage(*a)).collect());
+    };
+    let mut out = RoaringTreemap::new();
+    let mut batch = Vec::with_capacity(MAX_TRANSLATION_BATCH);
+    let mut translated = Vec::with_capacity(MAX_TRANSLATION_BATCH);
+    let mut iter = stored.iter();
+    loop {
+        batch.clear();
+        batch.extend(iter.by_ref().take(MAX_TRANSLATION_BATCH));
+        if batch.is_empty() {
+            return Ok(out);
+        }
+        translator.translate_batch(&batch, &mut translated).await?;
+        if translated.len() != batch.len() {
+            return Err(Error::invalid_input(format!(
+                "translator returned {} results for {} addresses",
+                translated.len(),
+                batch.len()
+            )));
+        }
+        out.extend(
+            translated
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|a| in_coverage(*a)),
+        );
+    }
+}
+
+/// Removes addresses of deleted rows and of fragments not in the manifest.
+pub(crate) async fn drop_deleted(
+    dataset: &Dataset,
+    addrs: RoaringTreemap,
+) -> Result<RoaringTreemap> {
+    let mut out = RoaringTreemap::new();
+    for (frag, offsets) in addrs.bitmaps() {
+        let Some(fragment) = dataset.manifest().fragment(u64::from(frag)) else {
+            continue;
+        };
+        let deleted = dataset.deletion_vector(fragment).await?;
+        let live = offsets - deleted.bitmap();
+        out.extend(live.iter().map(|o| (u64::from(frag) << 32) | u64::from(o)));
+    }
+    Ok(out)
+}
+
+/// Live fragments (in scan order) not in `covered`.
+pub(crate) fn uncovered_fragments(dataset: &Dataset, covered: &RoaringBitmap) -> Vec<u64> {
+    dataset
+        .fragments()
+        .iter()
+        .map(|f| f.id)
+        .filter(|id| u32::try_from(*id).map_or(true, |id| !covered.contains(id)))
+        .collect()
+}
+
+/// Addresses in scan order: fragment position, then offset.
+pub(crate) fn scan_order(dataset: &Dataset, addrs: &RoaringTreemap) -> Vec<u64> {
+    let by_fragment: BTreeMap<u32, &RoaringBitmap> = addrs.bitmaps().collect();
+    let mut out = Vec::with_capacity(usize::try_from(addrs.len()).unwrap_or(0));
+    for fragment in dataset.fragments() {
+        let Ok(id) = u32::try_from(fragment.id) else {
+            continue;
+        };
+        if let Some(offsets) = by_fragment.get(&id) {
+            out.extend(offsets.iter().map(|o| (u64::from(id) << 32) | u64::from(o)));
+        }
+    }
+    out
+}
+
+/// The projected columns (default: all).
+pub(crate) fn output_columns(query: &Query) -> Result<Vec<String>> {
+    let schema = query.dataset.schema();
+    match &query.projection {
+        Some(columns) => {
+            for c in columns {
+                if schema.field_with_name(c).is_err() {
+                    return Err(Error::invalid_input(format!("column '{c}' does not exist")));
+                }
+            }
+            Ok(columns.clone())
+        }
+        None => Ok(schema.fields().iter().map(|f| f.name().clone()).collect()),
+    }
+}
+
+/// Output schema: projected fields, `_rowaddr`, optionally `_distance`.
+pub(crate) fn output_schema(
+    dataset: &Dataset,
+    columns: &[String],
+    distance: bool,
+) -> Result<SchemaRef> {
+    let schema = dataset.schema();
+    let mut fields = Vec::with_capacity(columns.len() + 2);
+    for c in columns {
+        let field = schema
+            .field_with_name(c)
+            .map_err(|_| Error::invalid_input(format!("column '{c}' does not exist")))?;
+        fields.push(field.clone());
+    }
+    fields.push(Field::new(ROW_ADDRESS_COLUMN, DataType::UInt64, false));
+    if distance {
+        fields.push(Field::new(super::DISTANCE_COLUMN, DataType::Float32, false));
+    }
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// Fetches `addrs` in scan order with `columns` + `_rowaddr`, keeping rows that
+/// match `residual`.
+pub(crate) async fn fetch(
+    dataset: &Dataset,
+    addrs: &RoaringTreemap,
+    columns: &[String],
+    residual: Option<&Expr>,
+) -> Result<RecordBatch> {
+    let ordered = scan_order(dataset, addrs);
+    fetch_ordered(dataset, &ordered, columns, residual).await
+}
+
+/// Fetches `ordered` addresses (kept in that order) as `columns` + `_rowaddr`,
+/// keeping rows that match `residual`.
+pub(crate) async fn fetch_ordered(
+    dataset: &Dataset,
+    ordered: &[u64],
+    columns: &[String],
+    residual: Option<&Expr>,
+) -> Result<RecordBatch> {
+    let out_schema = output_schema(dataset, columns, false)?;
+    let mut read: Vec<String> = columns.to_vec();
+    if let Some(expr) = residual {
+        for c in expr.columns() {
+            if !read.contains(&c) {
+                read.push(c);
+            }
+        }
+    }
+    let read_refs: Vec<&str> = read.iter().map(String::as_str).collect();
+    let mut batches = Vec::new();
+    for chunk in ordered.chunks(TAKE_CHUNK) {
+        let rows = dataset.take(chunk, Some(&read_refs)).await?;
+        let mut cols: Vec<ArrayRef> = rows.columns().to_vec();
+        cols.push(Arc::new(UInt64Array::from(chunk.to_vec())));
+        let mut fields: Vec<Field> = rows
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new(ROW_ADDRESS_COLUMN, DataType::UInt64, false));
+        let full = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
+            .map_err(|e| Error::external("assembling fetched rows", e))?;
+        let kept = match residual {
+            Some(expr) => {
+                let mask = expr.evaluate(&full)?;
+                arrow::compute::filter_record_batch(&full, &mask)
+                    .map_err(|e| Error::external("filtering fetched rows", e))?
+            }
+            None => full,
+        };
+        batches.push(project(&kept, &out_schema)?);
+    }
+    concat(&out_schema, &batches)
+}
+
+/// Scans `fragments` with `filter`, returning `columns` + `_rowaddr`.
+async fn scan(
+    dataset: &Dataset,
+    columns: &[String],
+    filter: Option<&Expr>,
+    fragments: &[u64],
+) -> Result<RecordBatch> {
+    let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
+    let mut scanner = dataset
+        .scan()
+        .project(&refs)
+        .with_row_address()
+        .fragments(fragments);
+    if let Some(expr) = filter {
+        scanner = scanner.filter_expr(expr.clone());
+    }
+    let schema = output_schema(dataset, columns, false)?;
+    let batches: Vec<RecordBatch> = scanner.try_into_stream().await?.try_collect().await?;
+    let relabeled = batches
+        .iter()
+        .map(|b| project(b, &schema))
+        .collect::<Result<Vec<_>>>()?;
+    concat(&schema, &relabeled)
+}
+
+/// Picks `schema`'s columns from `batch` by name.
+pub(crate) fn project(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            batch
+                .column_by_name(f.name())
+                .cloned()
+                .ok_or_else(|| Error::invalid_input(format!("result lacks column '{}'", f.name())))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| Error::external("assembling query output", e))
+}
+
+pub(crate) fn concat(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<RecordBatch> {
+    arrow::compute::concat_batches(schema, batches)
+        .map_err(|e| Error::external("concatenating query output", e))
+}
+
+/// Concatenates pieces (each in scan order) and orders all rows by scan order.
+fn merge_in_scan_order(
+    dataset: &Dataset,
+    schema: &SchemaRef,
+    pieces: Vec<RecordBatch>,
+) -> Result<RecordBatch> {
+    let all = concat(schema, &pieces)?;
+    if pieces.len() <= 1 {
+        return Ok(all);
+    }
+    let positions: BTreeMap<u64, u64> = dataset
+        .fragments()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.id, i as u64))
+        .collect();
+    let addrs = all
+        .column_by_name(ROW_ADDRESS_COLUMN)
+        .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+        .ok_or_else(|| Error::invalid_input("query output lacks _rowaddr"))?;
+    let keys: UInt64Array = addrs
+        .values()
+        .iter()
+        .map(|a| {
+            let position = positions.get(&(a >> 32)).copied().unwrap_or(u64::MAX >> 32);
+            (position << 32) | (a & 0xFFFF_FFFF)
+        })
+        .collect();
+    let order = arrow::compute::sort_to_indices(&keys, None, None)
+        .map_err(|e| Error::external("ordering query output", e))?;
+    let columns = all
+        .columns()
+        .iter()
+        .map(|c| arrow::compute::take(c.as_ref(), &order, None))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::external("ordering query output", e))?;
+    RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| Error::external("ordering query output", e))
+}
