@@ -9,6 +9,7 @@ pub mod manage;
 pub mod posting;
 pub mod query;
 pub mod registry;
+pub mod remap;
 pub mod resolver;
 pub mod translate;
 pub mod types;
@@ -19,6 +20,10 @@ pub use manage::{
 };
 pub use query::{Explain, Query, QueryResult, SegmentExplain};
 pub use registry::{IndexRegistry, RegisteredType};
+pub use remap::{
+    apply_index_rewrite, remap_indices_for_rewrite, remap_segment, IndexRewrite, RemapOptions,
+    RemapOutcome, RewrittenGroup, SkipReport,
+};
 pub use resolver::{DirectResolver, ResolvedSegment, SegmentResolver};
 pub use translate::{Translator, MAX_TRANSLATION_BATCH};
 pub use types::{
