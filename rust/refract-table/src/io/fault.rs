@@ -394,3 +394,224 @@ impl MultipartUpload for FaultingUpload {
         self.inner.abort().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use object_store::ObjectStoreExt;
+
+    fn store() -> (Arc<FaultInjectingStore>, Arc<dyn ObjectStore>) {
+        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        (Arc::new(FaultInjectingStore::new(inner.clone())), inner)
+    }
+
+    fn assert_injected(err: object_store::Error, kind: CallKind, index: u64, mode: FaultMode) {
+        let source = std::error::Error::source(&err).expect("generic error has a source");
+        let fault = source
+            .downcast_ref::<InjectedFault>()
+            .expect("source is the injected fault");
+        assert_eq!(*fault, InjectedFault { kind, index, mode });
+        assert!(is_injected_fault(&err));
+    }
+
+    #[tokio::test]
+    async fn clean_put_writes_nothing_and_ambiguous_put_writes() {
+        let (fault, inner) = store();
+        let a = Path::from("a");
+        fault.fail_nth(CallKind::Put, 0, FaultMode::Clean);
+        fault.fail_nth(CallKind::Put, 1, FaultMode::Ambiguous);
+
+        let err = fault
+            .put(&a, PutPayload::from_static(b"1"))
+            .await
+            .unwrap_err();
+        assert_injected(err, CallKind::Put, 0, FaultMode::Clean);
+        assert!(matches!(
+            inner.head(&a).await,
+            Err(object_store::Error::NotFound { .. })
+        ));
+
+        let err = fault
+            .put(&a, PutPayload::from_static(b"2"))
+            .await
+            .unwrap_err();
+        assert_injected(err, CallKind::Put, 1, FaultMode::Ambiguous);
+        let stored = inner.get(&a).await.unwrap().bytes().await.unwrap();
+        assert_eq!(stored.as_ref(), b"2");
+
+        // Unarmed call index: passes through.
+        fault.put(&a, PutPayload::from_static(b"3")).await.unwrap();
+        assert_eq!(fault.calls(CallKind::Put), 3);
+        assert_eq!(fault.fired().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn conditional_puts_are_their_own_kind() {
+        let (fault, inner) = store();
+        let a = Path::from("a");
+        let create = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        fault.fail_nth(CallKind::ConditionalPut, 0, FaultMode::Ambiguous);
+        let err = fault
+            .put_opts(&a, PutPayload::from_static(b"x"), create.clone())
+            .await
+            .unwrap_err();
+        assert_injected(err, CallKind::ConditionalPut, 0, FaultMode::Ambiguous);
+        assert!(inner.head(&a).await.is_ok());
+        // The retry sees the ambiguous write: AlreadyExists, not an injected error.
+        let err = fault
+            .put_opts(&a, PutPayload::from_static(b"x"), create)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, object_store::Error::AlreadyExists { .. }));
+        assert_eq!(fault.calls(CallKind::ConditionalPut), 2);
+        assert_eq!(fault.calls(CallKind::Put), 0);
+    }
+
+    #[tokio::test]
+    async fn reads_heads_and_ranges_are_counted_and_faulted_separately() {
+        let (fault, inner) = store();
+        let a = Path::from("a");
+        inner
+            .put(&a, PutPayload::from_static(b"hello"))
+            .await
+            .unwrap();
+        fault.fail_nth(CallKind::Get, 1, FaultMode::Clean);
+        fault.fail_nth(CallKind::GetRange, 0, FaultMode::Ambiguous);
+        fault.fail_nth(CallKind::Head, 0, FaultMode::Clean);
+
+        assert_eq!(
+            fault.get(&a).await.unwrap().bytes().await.unwrap().as_ref(),
+            b"hello"
+        );
+        assert_injected(
+            fault.get(&a).await.unwrap_err(),
+            CallKind::Get,
+            1,
+            FaultMode::Clean,
+        );
+        assert_injected(
+            fault.get_range(&a, 1..3).await.unwrap_err(),
+            CallKind::GetRange,
+            0,
+            FaultMode::Ambiguous,
+        );
+        assert_eq!(fault.get_range(&a, 1..3).await.unwrap().as_ref(), b"el");
+        assert_injected(
+            fault.head(&a).await.unwrap_err(),
+            CallKind::Head,
+            0,
+            FaultMode::Clean,
+        );
+        assert_eq!(fault.head(&a).await.unwrap().size, 5);
+        assert_eq!(fault.calls(CallKind::Get), 2);
+        assert_eq!(fault.calls(CallKind::GetRange), 2);
+        assert_eq!(fault.calls(CallKind::Head), 2);
+    }
+
+    #[tokio::test]
+    async fn deletes_fault_per_path() {
+        let (fault, inner) = store();
+        for name in ["a", "b"] {
+            inner
+                .put(&Path::from(name), PutPayload::from_static(b"x"))
+                .await
+                .unwrap();
+        }
+        fault.fail_nth(CallKind::Delete, 0, FaultMode::Clean);
+        fault.fail_nth(CallKind::Delete, 1, FaultMode::Ambiguous);
+        assert_injected(
+            fault.delete(&Path::from("a")).await.unwrap_err(),
+            CallKind::Delete,
+            0,
+            FaultMode::Clean,
+        );
+        assert!(inner.head(&Path::from("a")).await.is_ok());
+        assert_injected(
+            fault.delete(&Path::from("b")).await.unwrap_err(),
+            CallKind::Delete,
+            1,
+            FaultMode::Ambiguous,
+        );
+        assert!(inner.head(&Path::from("b")).await.is_err());
+        fault.delete(&Path::from("a")).await.unwrap();
+        assert!(inner.head(&Path::from("a")).await.is_err());
+        assert_eq!(fault.calls(CallKind::Delete), 3);
+    }
+
+    #[tokio::test]
+    async fn lists_fault_before_or_after_the_listing() {
+        let (fault, inner) = store();
+        inner
+            .put(&Path::from("d/a"), PutPayload::from_static(b"x"))
+            .await
+            .unwrap();
+        fault.fail_nth(CallKind::List, 0, FaultMode::Clean);
+        fault.fail_nth(CallKind::List, 1, FaultMode::Ambiguous);
+        let clean: Vec<_> = fault.list(None).collect().await;
+        assert_eq!(clean.len(), 1);
+        assert!(clean[0].is_err());
+        let ambiguous: Vec<_> = fault.list(None).collect().await;
+        assert_eq!(ambiguous.len(), 2);
+        assert_eq!(ambiguous[0].as_ref().unwrap().location, Path::from("d/a"));
+        assert!(ambiguous[1].is_err());
+        let ok: Vec<_> = fault.list(None).try_collect().await.unwrap();
+        assert_eq!(ok.len(), 1);
+        assert_eq!(fault.calls(CallKind::List), 3);
+    }
+
+    #[tokio::test]
+    async fn multipart_completion_is_a_faultable_put() {
+        let (fault, inner) = store();
+        let a = Path::from("big");
+        fault.fail_nth(CallKind::Put, 0, FaultMode::Clean);
+        let mut upload = fault.put_multipart(&a).await.unwrap();
+        upload
+            .put_part(PutPayload::from_static(b"part"))
+            .await
+            .unwrap();
+        assert_injected(
+            upload.complete().await.unwrap_err(),
+            CallKind::Put,
+            0,
+            FaultMode::Clean,
+        );
+        assert!(inner.head(&a).await.is_err());
+
+        fault.fail_nth(CallKind::Put, 1, FaultMode::Ambiguous);
+        let mut upload = fault.put_multipart(&a).await.unwrap();
+        upload
+            .put_part(PutPayload::from_static(b"part"))
+            .await
+            .unwrap();
+        assert_injected(
+            upload.complete().await.unwrap_err(),
+            CallKind::Put,
+            1,
+            FaultMode::Ambiguous,
+        );
+        assert_eq!(
+            inner.get(&a).await.unwrap().bytes().await.unwrap().as_ref(),
+            b"part"
+        );
+    }
+
+    #[tokio::test]
+    async fn reset_disarms_and_zeroes() {
+        let (fault, _inner) = store();
+        fault.fail_nth(CallKind::Head, 0, FaultMode::Clean);
+        assert!(fault.head(&Path::from("x")).await.is_err());
+        fault.fail_nth(CallKind::Head, 5, FaultMode::Clean);
+        fault.reset();
+        assert_eq!(fault.calls(CallKind::Head), 0);
+        assert!(fault.fired().is_empty());
+        for _ in 0..7 {
+            // NotFound, never an injected fault.
+            let err = fault.head(&Path::from("x")).await.unwrap_err();
+            assert!(matches!(err, object_store::Error::NotFound { .. }));
+        }
+    }
+}

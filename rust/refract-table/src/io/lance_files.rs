@@ -33,6 +33,8 @@ use super::store::DatasetStore;
 const FILE_VERSION: ConcreteFileVersion = ConcreteFileVersion::V2_2;
 /// Rows per batch for [`LanceFileReader::read_all`] and [`LanceFileReader::take`].
 const DEFAULT_BATCH_ROWS: u32 = 65_536;
+/// Size of the fixed Lance v2 footer; no valid file is shorter.
+const LANCE_FOOTER_LEN: u64 = 40;
 /// Batches decoded ahead of the consumer.
 const BATCH_READAHEAD: u32 = 4;
 
@@ -198,6 +200,40 @@ impl LanceFileWriter {
     }
 }
 
+/// Opens a reader on a file of `size` bytes (size already validated).
+async fn open_reader(
+    store: DatasetStore,
+    path: RelativePath,
+    size: u64,
+) -> Result<LanceFileReader> {
+    let lance_store = store.lance_store();
+    let scheduler = ScanScheduler::new(
+        lance_store.clone(),
+        SchedulerConfig::max_bandwidth(lance_store),
+    );
+    let file = scheduler
+        .open_file(&path.to_object_path(), &CachedFileSize::new(size))
+        .await
+        .map_err(|e| lance_error("opening", &path, e, false))?;
+    let reader = FileReader::try_open(
+        file,
+        None,
+        Arc::<DecoderPlugins>::default(),
+        store.lance_cache(),
+        FileReaderOptions::default(),
+    )
+    .await
+    .map_err(|e| lance_error("opening", &path, e, true))?;
+    let schema = Arc::new(ArrowSchema::from(reader.schema().as_ref()));
+    Ok(LanceFileReader {
+        inner: Arc::new(ReaderInner {
+            reader,
+            schema,
+            path,
+        }),
+    })
+}
+
 /// Checks that `batch` has exactly the columns of `schema`, with compatible types
 /// and no nulls in non-nullable columns.
 fn check_batch_matches(
@@ -279,36 +315,29 @@ impl LanceFileReader {
         path: &RelativePath,
         known_size: Option<u64>,
     ) -> Result<Self> {
-        let lance_store = store.lance_store();
-        let scheduler = ScanScheduler::new(
-            lance_store.clone(),
-            SchedulerConfig::max_bandwidth(lance_store),
-        );
         let size = match known_size {
-            Some(size) => CachedFileSize::new(size),
-            None => CachedFileSize::unknown(),
+            Some(size) => size,
+            None => store.head(path).await?,
         };
-        let file = scheduler
-            .open_file(&path.to_object_path(), &size)
-            .await
-            .map_err(|e| lance_error("opening", path, e, false))?;
-        let reader = FileReader::try_open(
-            file,
-            None,
-            Arc::<DecoderPlugins>::default(),
-            store.lance_cache(),
-            FileReaderOptions::default(),
-        )
-        .await
-        .map_err(|e| lance_error("opening", path, e, true))?;
-        let schema = Arc::new(ArrowSchema::from(reader.schema().as_ref()));
-        Ok(LanceFileReader {
-            inner: Arc::new(ReaderInner {
-                reader,
-                schema,
-                path: path.clone(),
-            }),
-        })
+        // lance-io panics on an empty file and cannot decode anything shorter than
+        // its fixed-size footer: reject both before Lance sees them.
+        if size < LANCE_FOOTER_LEN {
+            return Err(Error::corrupt(
+                format!("Lance file {path}"),
+                format!("{size} bytes is shorter than the {LANCE_FOOTER_LEN}-byte footer"),
+            ));
+        }
+        // Decoding runs in its own task so a panic inside lance on crafted bytes
+        // surfaces as a Corrupt error instead of unwinding through the caller.
+        let task = tokio::spawn(open_reader(store.clone(), path.clone(), size));
+        match task.await {
+            Ok(result) => result,
+            Err(join) if join.is_panic() => Err(Error::corrupt(
+                format!("Lance file {path}"),
+                "the Lance decoder panicked while opening the file",
+            )),
+            Err(join) => Err(Error::external(format!("opening Lance file {path}"), join)),
+        }
     }
 
     /// The path this reader was opened on.

@@ -13,3 +13,6 @@ pub use fault::{is_injected_fault, CallKind, FaultInjectingStore, FaultMode, Inj
 pub use lance_files::{LanceFileReader, LanceFileSummary, LanceFileWriter};
 pub use paths::{data_file_path, deletion_file_path, index_dir, manifest_path, RelativePath};
 pub use store::{DatasetStore, ObjectInfo};
+
+#[cfg(test)]
+mod tests;

@@ -143,8 +143,123 @@ pub fn index_dir(uuid: &Uuid) -> RelativePath {
 }
 
 fn single_segment_path(dir: &str, file_name: &str) -> Result<RelativePath> {
-    if file_name.contains('/') {
+    if file_name.is_empty() || file_name.contains('/') {
         return Err(escape(file_name));
     }
     RelativePath::parse(&format!("{dir}/{file_name}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::parent("..")]
+    #[case::parent_inside("data/../x")]
+    #[case::trailing_parent("data/..")]
+    #[case::dot("./data/x")]
+    #[case::absolute("/etc/passwd")]
+    #[case::scheme("s3://bucket/key")]
+    #[case::file_scheme("file:///tmp/x")]
+    #[case::empty("")]
+    #[case::only_slash("/")]
+    #[case::empty_segment("data//x")]
+    #[case::double_trailing("data/x//")]
+    #[case::backslash("data\\x")]
+    #[case::windows_parent("..\\x")]
+    #[case::nul("data/x\0")]
+    #[case::drive("C:/x")]
+    fn parse_rejects_escapes(#[case] raw: &str) {
+        match RelativePath::parse(raw) {
+            Err(Error::PathEscape { path }) => assert_eq!(path, raw),
+            other => panic!("{raw:?} should be a PathEscape, got {other:?}"),
+        }
+    }
+
+    #[rstest]
+    #[case("data/a.lance")]
+    #[case("_versions/00000000000000000001.manifest")]
+    #[case("_indices/abc/")]
+    #[case("x")]
+    #[case("a..b/c.d")]
+    fn parse_accepts_relative_paths(#[case] raw: &str) {
+        let path = RelativePath::parse(raw).unwrap();
+        assert_eq!(path.as_str(), raw);
+        assert_eq!(path.to_string(), raw);
+    }
+
+    #[test]
+    fn typed_helpers_build_expected_layout() {
+        assert_eq!(
+            manifest_path(42).as_str(),
+            "_versions/00000000000000000042.manifest"
+        );
+        assert_eq!(data_file_path("f.lance").unwrap().as_str(), "data/f.lance");
+        assert_eq!(
+            deletion_file_path("1-a.bin").unwrap().as_str(),
+            "_deletions/1-a.bin"
+        );
+        let uuid = Uuid::nil();
+        let dir = index_dir(&uuid);
+        assert_eq!(
+            dir.as_str(),
+            "_indices/00000000-0000-0000-0000-000000000000/"
+        );
+        assert_eq!(
+            dir.join("index.lance").unwrap().as_str(),
+            "_indices/00000000-0000-0000-0000-000000000000/index.lance"
+        );
+        assert_eq!(
+            dir.to_object_path().as_ref(),
+            "_indices/00000000-0000-0000-0000-000000000000"
+        );
+        assert_eq!(dir.top_level_dir(), "_indices");
+        assert_eq!(data_file_path("f.lance").unwrap().file_name(), "f.lance");
+    }
+
+    #[rstest]
+    #[case("../x")]
+    #[case("a/b")]
+    #[case("")]
+    fn file_helpers_reject_non_segments(#[case] name: &str) {
+        assert!(matches!(
+            data_file_path(name),
+            Err(Error::PathEscape { .. })
+        ));
+        assert!(matches!(
+            deletion_file_path(name),
+            Err(Error::PathEscape { .. })
+        ));
+    }
+
+    #[test]
+    fn join_rejects_escapes() {
+        let dir = RelativePath::parse("data").unwrap();
+        assert!(matches!(dir.join(".."), Err(Error::PathEscape { .. })));
+        assert!(matches!(dir.join("/abs"), Err(Error::PathEscape { .. })));
+        assert_eq!(dir.join("a/b").unwrap().as_str(), "data/a/b");
+    }
+
+    #[test]
+    fn serde_round_trips_and_validates() {
+        let path = data_file_path("x.lance").unwrap();
+        let json = serde_json::to_string(&path).unwrap();
+        assert_eq!(json, "\"data/x.lance\"");
+        let back: RelativePath = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, path);
+        assert!(serde_json::from_str::<RelativePath>("\"../x\"").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parsed_paths_never_escape(raw in "[a-z./\\\\:]{0,12}") {
+            if let Ok(path) = RelativePath::parse(&raw) {
+                let s = path.as_str();
+                proptest::prop_assert!(!s.starts_with('/'));
+                proptest::prop_assert!(!s.contains('\\'));
+                proptest::prop_assert!(s.split('/').all(|seg| seg != ".." && seg != "."));
+            }
+        }
+    }
 }
