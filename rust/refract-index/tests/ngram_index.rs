@@ -234,7 +234,7 @@ async fn dense_posting_remaps_in_bounded_slices() {
         .collect();
     let details = build(&ctx, &old, batches).await;
     // Drop every fifth row, move the rest to fragment 3 with a reversed order.
-    let translate = |a: u64| (a % 5 != 0).then_some((3 << 32) | (ROWS - a));
+    let translate = |a: u64| (!a.is_multiple_of(5)).then_some((3 << 32) | (ROWS - a));
     let translator = CountingTranslator::new(translate);
     let new_details = NgramIndex
         .remap(&ctx, &old, &details, &new, &translator)
@@ -270,6 +270,31 @@ async fn remap_dropping_every_row_leaves_an_empty_segment() {
     let segment = NgramIndex.open(&ctx, &new, &new_details).await.unwrap();
     let result = segment
         .search(&IndexQuery::Contains("apple".into()))
+        .await
+        .unwrap();
+    assert_eq!(result, SearchResult::Candidates(RoaringTreemap::new()));
+}
+
+#[tokio::test]
+async fn empty_segments_build_open_and_remap() {
+    let ctx = context("empty").await;
+    let (old, new) = (dir("old"), dir("new"));
+    let details = build(
+        &ctx,
+        &old,
+        vec![batch(vec![None, Some("ab".into())], vec![1, 2])],
+    )
+    .await;
+    let translator = CountingTranslator::new(Some);
+    let new_details = NgramIndex
+        .remap(&ctx, &old, &details, &new, &translator)
+        .await
+        .unwrap();
+    assert_eq!(new_details, details);
+    assert_eq!(translator.calls.load(Ordering::SeqCst), 0);
+    let segment = NgramIndex.open(&ctx, &new, &new_details).await.unwrap();
+    let result = segment
+        .search(&IndexQuery::Contains("abc".into()))
         .await
         .unwrap();
     assert_eq!(result, SearchResult::Candidates(RoaringTreemap::new()));

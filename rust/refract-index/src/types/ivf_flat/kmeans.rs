@@ -80,7 +80,7 @@ pub struct Centroids {
 impl Centroids {
     /// Wraps row-major centroid values; the length must be a multiple of `dim`.
     pub fn from_flat(dim: usize, data: Vec<f32>) -> Result<Self> {
-        if dim == 0 || data.len() % dim != 0 || data.is_empty() {
+        if dim == 0 || !data.len().is_multiple_of(dim) || data.is_empty() {
             return Err(Error::corrupt(
                 "ivf centroids",
                 format!(
@@ -137,7 +137,7 @@ fn nearest_l2(centroids: &[f32], dim: usize, v: &[f32]) -> (usize, f32) {
 
 /// Trains `params.k` centroids on `data` (row-major `n × dim`, finite values).
 pub fn train(data: &[f32], dim: usize, params: &KMeansParams) -> Result<Centroids> {
-    if dim == 0 || data.len() % dim != 0 {
+    if dim == 0 || !data.len().is_multiple_of(dim) {
         return Err(Error::invalid_input(format!(
             "k-means input of {} values is not a multiple of dimension {dim}",
             data.len()

@@ -191,10 +191,14 @@ impl IndexType for NgramIndex {
         let details = NgramDetails::decode(details)?;
         let reader = open_postings(ctx, old_dir, &details).await?;
         let mut writer = PostingsWriter::create(&ctx.store, new_dir).await?;
-        let mut batches = reader
-            .read_range(0..reader.num_rows(), None, REMAP_READ_ROWS)
-            .await?;
         let mut seen = 0u64;
+        let mut batches = if reader.num_rows() == 0 {
+            futures::stream::empty().boxed()
+        } else {
+            reader
+                .read_range(0..reader.num_rows(), None, REMAP_READ_ROWS)
+                .await?
+        };
         while let Some(batch) = batches.try_next().await? {
             let trigram_values = trigram_column(&batch)?;
             let postings = posting_column(&batch)?;

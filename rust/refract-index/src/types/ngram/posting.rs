@@ -221,7 +221,7 @@ mod tests {
         ) {
             let posting: RoaringTreemap = addrs.iter().copied().collect();
             // A reordering translator with collisions and deletions.
-            let f = |a: u64| (a % modulus != 0).then_some(10_000 - a / 2);
+            let f = |a: u64| (!a.is_multiple_of(modulus)).then_some(10_000 - a / 2);
             let remapped = remap_posting(&posting, slice, |batch, out| {
                 assert!(batch.len() <= slice);
                 out.extend(batch.iter().map(|a| f(*a)));
