@@ -40,9 +40,12 @@ async fn concurrent_appenders_both_land(#[case] a_first: bool) {
     assert_eq!(fragment_ids(&latest), vec![1, 2, 3]);
 }
 
-#[tokio::test]
-async fn concurrent_appends_in_parallel_all_land() {
-    let location = location(Backend::Memory);
+#[rstest]
+#[case::memory(Backend::Memory)]
+#[case::local(Backend::Local)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_in_parallel_all_land(#[case] backend: Backend) {
+    let location = location(backend);
     let base = create(&location.uri).await;
     let mut tasks = Vec::new();
     for writer in 0..4i64 {
@@ -179,6 +182,11 @@ async fn restore_with_an_intervening_commit_conflicts() {
     assert!(err.is_retryable_conflict(), "{err}");
 }
 
+/// Fails the next call of `kind` (the store counts calls since construction).
+fn arm(fault: &FaultInjectingStore, kind: CallKind, mode: FaultMode) {
+    fault.fail_nth(kind, fault.calls(kind), mode);
+}
+
 async fn fault_dataset() -> (Arc<FaultInjectingStore>, Dataset) {
     let fault = Arc::new(FaultInjectingStore::new(Arc::new(InMemory::new())));
     let uri = format!("memory://fault-{}", uuid::Uuid::new_v4());
@@ -199,8 +207,9 @@ async fn fault_dataset() -> (Arc<FaultInjectingStore>, Dataset) {
 #[tokio::test]
 async fn ambiguous_manifest_put_is_detected_as_our_commit() {
     let (fault, mut dataset) = fault_dataset().await;
-    fault.fail_nth(CallKind::ConditionalPut, 0, FaultMode::Ambiguous);
+    arm(&fault, CallKind::ConditionalPut, FaultMode::Ambiguous);
     dataset.append(vec![rows(0, 5)], &opts(10)).await.unwrap();
+    assert_eq!(fault.fired().len(), 1);
     assert_eq!(dataset.version(), 2);
     assert_eq!(dataset.latest_version().await.unwrap(), 2);
     assert_eq!(scan_ids(&dataset).await, (0..5).collect::<Vec<_>>());
@@ -215,9 +224,10 @@ async fn retrying_an_ambiguously_committed_transaction_never_commits_twice() {
         .unwrap();
     let txn = Transaction::new(1, Operation::Append { fragments });
     // The put lands but reports an error, and reading it back fails too.
-    fault.fail_nth(CallKind::ConditionalPut, 0, FaultMode::Ambiguous);
-    fault.fail_nth(CallKind::Get, 0, FaultMode::Clean);
+    arm(&fault, CallKind::ConditionalPut, FaultMode::Ambiguous);
+    arm(&fault, CallKind::Get, FaultMode::Clean);
     assert!(dataset.commit_transaction(txn.clone(), None).await.is_err());
+    assert_eq!(fault.fired().len(), 2);
     let retried = dataset.commit_transaction(txn, None).await.unwrap();
     assert_eq!(retried.version(), 2);
     assert_eq!(retried.latest_version().await.unwrap(), 2);
@@ -228,9 +238,10 @@ async fn retrying_an_ambiguously_committed_transaction_never_commits_twice() {
 async fn a_cleanly_failed_commit_leaves_the_previous_version() {
     let (fault, mut dataset) = fault_dataset().await;
     dataset.append(vec![rows(0, 5)], &opts(10)).await.unwrap();
-    fault.fail_nth(CallKind::ConditionalPut, 0, FaultMode::Clean);
+    arm(&fault, CallKind::ConditionalPut, FaultMode::Clean);
     let err = dataset.append(vec![rows(5, 5)], &opts(10)).await;
     assert!(err.is_err());
+    assert_eq!(fault.fired().len(), 1);
     assert_eq!(dataset.version(), 2);
     let latest = dataset.checkout_latest().await.unwrap();
     assert_eq!(latest.version(), 2);
