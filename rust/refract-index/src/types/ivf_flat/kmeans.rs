@@ -180,6 +180,7 @@ fn sample_rows(data: &[f32], dim: usize, max_rows: usize, rng: &mut SplitMix64) 
     }
     indices.truncate(max_rows);
     indices.sort_unstable();
+    // Every index is below n = data.len() / dim, so each slice is in bounds.
     indices
         .iter()
         .flat_map(|&i| &data[i * dim..(i + 1) * dim])
@@ -190,6 +191,8 @@ fn sample_rows(data: &[f32], dim: usize, max_rows: usize, rng: &mut SplitMix64) 
 /// k-means++ seeding: each next centroid is drawn with probability ∝ D².
 fn init_plus_plus(sample: &[f32], dim: usize, k: usize, rng: &mut SplitMix64) -> Vec<f32> {
     let n = sample.len() / dim;
+    // Callers pass i < n = sample.len() / dim (and k ≥ 1 centroids exist after
+    // the first push), so these slices are in bounds.
     let row = |i: usize| &sample[i * dim..(i + 1) * dim];
     let mut centroids = Vec::with_capacity(k * dim);
     centroids.extend_from_slice(row(rng.below(n)));
@@ -247,6 +250,7 @@ fn lloyd(sample: &[f32], dim: usize, centroids: &mut [f32], max_iters: usize, sp
         sums.iter_mut().for_each(|s| *s = 0.0);
         counts.iter_mut().for_each(|c| *c = 0);
         for (v, &c) in sample.chunks_exact(dim).zip(&assignment) {
+            // `nearest_l2` returns an index below k.
             counts[c] += 1;
             for (s, x) in sums[c * dim..(c + 1) * dim].iter_mut().zip(v) {
                 *s += f64::from(*x);
