@@ -333,3 +333,107 @@ impl MultipartUpload for CountingUpload {
         self.inner.abort().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::TryStreamExt;
+    use object_store::memory::InMemory;
+    use object_store::ObjectStoreExt;
+
+    #[tokio::test]
+    async fn counts_every_kind_and_attributes_directories() {
+        let store = CountingStore::new(InMemory::new());
+        let file = Path::from("data/a.lance");
+        store
+            .put(&file, PutPayload::from_static(b"0123456789"))
+            .await
+            .unwrap();
+        store
+            .put(&Path::from("root-object"), PutPayload::from_static(b"r"))
+            .await
+            .unwrap();
+        store.get(&file).await.unwrap().bytes().await.unwrap();
+        store.get_range(&file, 2..5).await.unwrap();
+        store.get_ranges(&file, &[0..1, 4..8]).await.unwrap();
+        store.head(&file).await.unwrap();
+        let _: Vec<_> = store
+            .list(Some(&Path::from("data")))
+            .try_collect()
+            .await
+            .unwrap();
+        store.list_with_delimiter(None).await.unwrap();
+        let mut upload = store
+            .put_multipart(&Path::from("_indices/u/big"))
+            .await
+            .unwrap();
+        upload
+            .put_part(PutPayload::from_static(b"abc"))
+            .await
+            .unwrap();
+        upload
+            .put_part(PutPayload::from_static(b"de"))
+            .await
+            .unwrap();
+        upload.complete().await.unwrap();
+        store.delete(&file).await.unwrap();
+
+        let stats = store.stats();
+        assert_eq!(stats.puts, 2 + 3, "2 puts, 1 multipart start, 2 parts");
+        assert_eq!(stats.conditional_puts, 0);
+        assert_eq!(stats.gets, 1);
+        assert_eq!(stats.get_ranges, 3);
+        assert_eq!(stats.heads, 1);
+        assert_eq!(stats.lists, 2);
+        assert_eq!(stats.deletes, 1);
+        assert_eq!(stats.bytes_read, 10 + 3 + 1 + 4);
+        assert_eq!(stats.bytes_written, 10 + 1 + 5);
+        assert_eq!(
+            stats.by_prefix["data"],
+            PrefixStats {
+                requests: 8,
+                bytes_read: 18
+            }
+        );
+        assert_eq!(stats.by_prefix[""].requests, 2, "root put + root listing");
+        assert_eq!(stats.by_prefix["_indices"].requests, 3);
+        assert_eq!(stats.total_requests(), 13);
+        assert_eq!(stats.requests_under("_versions"), 0);
+
+        store.reset();
+        assert_eq!(store.stats(), RequestStats::default());
+    }
+
+    #[tokio::test]
+    async fn conditional_puts_and_failed_reads_are_counted() {
+        let store = CountingStore::new(InMemory::new());
+        let path = Path::from("_versions/1.manifest");
+        let create = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        store
+            .put_opts(&path, PutPayload::from_static(b"m"), create.clone())
+            .await
+            .unwrap();
+        assert!(store
+            .put_opts(&path, PutPayload::from_static(b"m"), create)
+            .await
+            .is_err());
+        assert!(store
+            .get(&Path::from("_versions/2.manifest"))
+            .await
+            .is_err());
+        let stats = store.stats();
+        assert_eq!(stats.conditional_puts, 2);
+        assert_eq!(stats.gets, 1);
+        assert_eq!(stats.bytes_read, 0);
+        assert_eq!(stats.requests_under("_versions"), 3);
+    }
+}
+
+#[cfg(test)]
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CountingStore<object_store::memory::InMemory>>();
+};

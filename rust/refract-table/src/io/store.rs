@@ -103,7 +103,7 @@ impl DatasetStore {
     pub async fn open(uri: &str, create: bool) -> Result<DatasetStore> {
         match scheme_of(uri) {
             Some("memory") => {
-                let name = &uri["memory://".len()..];
+                let name = uri.strip_prefix("memory://").unwrap_or_default();
                 let store: Arc<dyn ObjectStore> = memory_store(name);
                 Ok(DatasetStore::from_object_store(store, uri))
             }

@@ -691,3 +691,13 @@ async fn fault_injection_through_a_dataset_store() {
     let read_faults = fault.fired()[4..].to_vec();
     assert_eq!(read_faults.len(), 4, "{read_faults:?}");
 }
+
+/// Handles are shared across tasks: they must be `Send + Sync` (writers `Send`).
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    const fn assert_send<T: Send>() {}
+    assert_send_sync::<DatasetStore>();
+    assert_send_sync::<LanceFileReader>();
+    assert_send_sync::<FaultInjectingStore>();
+    assert_send::<LanceFileWriter>();
+};
