@@ -200,6 +200,25 @@ impl LanceFileWriter {
     }
 }
 
+/// After a failed open with a caller-supplied size: a file whose real size differs
+/// (truncated or replaced) is Corrupt; otherwise the original error stands.
+async fn explain_size_mismatch(
+    store: &DatasetStore,
+    path: &RelativePath,
+    expected: u64,
+    context: String,
+    source: refract_core::error::BoxedError,
+) -> Error {
+    match store.head(path).await {
+        Ok(actual) if actual != expected => Error::corrupt(
+            format!("Lance file {path}"),
+            format!("file is {actual} bytes but {expected} bytes were expected"),
+        ),
+        Err(not_found @ Error::NotFound { .. }) => not_found,
+        _ => Error::External { context, source },
+    }
+}
+
 /// Opens a reader on a file of `size` bytes (size already validated).
 async fn open_reader(
     store: DatasetStore,
@@ -330,13 +349,19 @@ impl LanceFileReader {
         // Decoding runs in its own task so a panic inside lance on crafted bytes
         // surfaces as a Corrupt error instead of unwinding through the caller.
         let task = tokio::spawn(open_reader(store.clone(), path.clone(), size));
-        match task.await {
+        let result = match task.await {
             Ok(result) => result,
             Err(join) if join.is_panic() => Err(Error::corrupt(
                 format!("Lance file {path}"),
                 "the Lance decoder panicked while opening the file",
             )),
             Err(join) => Err(Error::external(format!("opening Lance file {path}"), join)),
+        };
+        match (result, known_size) {
+            (Err(Error::External { context, source }), Some(expected)) => {
+                Err(explain_size_mismatch(store, path, expected, context, source).await)
+            }
+            (result, _) => result,
         }
     }
 

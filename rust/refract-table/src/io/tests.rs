@@ -381,6 +381,11 @@ async fn missing_and_truncated_lance_files_are_errors(#[case] backend: Backend) 
             Err(Error::Corrupt { .. }) => {}
             other => panic!("{name}: expected Corrupt, got {other:?}"),
         }
+        // With the size the manifest recorded for the intact file.
+        match LanceFileReader::open(&store, &truncated, Some(bytes.len() as u64)).await {
+            Err(Error::Corrupt { .. }) => {}
+            other => panic!("{name} with known size: expected Corrupt, got {other:?}"),
+        }
     }
 }
 
