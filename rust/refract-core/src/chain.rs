@@ -68,7 +68,7 @@ impl RemapChain {
     /// Translates `input` into `out` (cleared first), one result per input position.
     /// Any order and duplicates are accepted; each step walks the batch once with its
     /// own search cursor, so sorted input is translated incrementally.
-    pub fn translate_batch(&self, input: &[u64], out: &mut Vec<Option<Option<u64>>>) {
+    pub fn get_batch(&self, input: &[u64], out: &mut Vec<Option<Option<u64>>>) {
         out.clear();
         out.resize(input.len(), None);
         for step in &self.steps {
@@ -191,7 +191,7 @@ mod tests {
         let chain = two_step_chain();
         let input = [ra(5, 5), ra(0, 2), ra(0, 0), ra(0, 2), ra(0, 1), ra(10, 1)];
         let mut out = vec![Some(Some(42)); 1];
-        chain.translate_batch(&input, &mut out);
+        chain.get_batch(&input, &mut out);
         let singles: Vec<_> = input.iter().map(|a| chain.get(*a)).collect();
         assert_eq!(out, singles);
         assert_eq!(

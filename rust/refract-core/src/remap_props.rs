@@ -250,7 +250,7 @@ proptest! {
         let queries = sim.queries(&mut rng);
         check_all_paths(&|a| chain.get(a), &chain, &queries, &|a| sim.expected(a))?;
         let mut tri = Vec::new();
-        chain.translate_batch(&queries, &mut tri);
+        chain.get_batch(&queries, &mut tri);
         let singles: Vec<_> = queries.iter().map(|a| chain.get(*a)).collect();
         prop_assert_eq!(tri, singles);
     }
