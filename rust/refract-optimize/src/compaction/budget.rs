@@ -128,16 +128,64 @@ pub struct BudgetCut {
     pub sources: SourceUse,
 }
 
+/// Output sizing knobs the cuts need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizing {
+    /// `target_rows_per_fragment`.
+    pub target: u64,
+    /// `max_bytes_per_file`.
+    pub max_bytes_per_file: Option<u64>,
+}
+
+impl Sizing {
+    /// The sizing of `options`.
+    pub fn new(options: &CompactionOptions) -> Self {
+        Self {
+            target: options.target_rows_per_fragment,
+            max_bytes_per_file: options.max_bytes_per_file,
+        }
+    }
+}
+
 /// The useful cut of a task that does not fit whole, if any fits `budget`.
 pub fn useful_cut(
     sources: &[FragmentStats],
     balance: &Balance,
     rules: &CandidateRules,
     budget: &SourceBudget,
-    target: u64,
+    sizing: Sizing,
 ) -> Option<BudgetCut> {
-    largest_useful_prefix(sources, balance, rules, budget, target)
-        .or_else(|| leftmost_merge_window(sources, rules, budget, target))
+    largest_useful_prefix(sources, balance, rules, budget, sizing)
+        .or_else(|| leftmost_merge_window(sources, rules, budget, sizing))
+}
+
+/// The live rows and estimated bytes of a run of fragments.
+#[derive(Debug, Clone, Copy, Default)]
+struct RunSize {
+    sources: SourceUse,
+    estimated_bytes: u64,
+}
+
+impl RunSize {
+    fn plus(self, fragment: &FragmentStats) -> Self {
+        Self {
+            sources: self.sources.plus(SourceUse::of(fragment)),
+            estimated_bytes: self
+                .estimated_bytes
+                .saturating_add(fragment.estimated_live_bytes()),
+        }
+    }
+
+    fn minus(self, fragment: &FragmentStats) -> Self {
+        Self {
+            sources: SourceUse {
+                fragments: self.sources.fragments - 1,
+                rows: self.sources.rows - fragment.live_rows,
+                bytes: self.sources.bytes - fragment.bytes,
+            },
+            estimated_bytes: self.estimated_bytes - fragment.estimated_live_bytes(),
+        }
+    }
 }
 
 fn largest_useful_prefix(
@@ -145,37 +193,39 @@ fn largest_useful_prefix(
     balance: &Balance,
     rules: &CandidateRules,
     budget: &SourceBudget,
-    target: u64,
+    sizing: Sizing,
 ) -> Option<BudgetCut> {
     // Grow the prefix while it fits, then walk back to the largest useful one.
     let mut fitting = 0;
-    let mut used = SourceUse::default();
+    let mut size = RunSize::default();
     for fragment in sources {
-        let next = used.plus(SourceUse::of(fragment));
-        if !budget.admits(next) {
+        let next = size.plus(fragment);
+        if !budget.admits(next.sources) {
             break;
         }
-        used = next;
+        size = next;
         fitting += 1;
     }
     let first_materializes = sources
         .first()
         .is_some_and(|f| rules.has_deletions_to_materialize(f));
     for k in (1..=fitting).rev() {
-        let rows = used.rows;
-        // The last output is complete only with the whole task: a prefix holding
-        // all live rows would leave its zero-row suffix stranded.
-        let complete = balance
-            .complete_within(rows)
-            .min(balance.count().saturating_sub(1));
-        let carried = rows - balance.end(complete);
         let progress = k >= 2 || first_materializes;
-        let strands_nothing = carried < target || complete + 1 < balance.count();
-        if progress && strands_nothing {
-            let mut output_rows: Vec<u64> = (0..complete).map(|j| balance.size(j)).collect();
-            if carried > 0 {
-                output_rows.push(carried);
-            }
+        let output_rows = if sizing.max_bytes_per_file.is_some() {
+            // Under a byte cap the prefix is sized as a task of its own, with its
+            // own bytes per row, so its outputs respect the cap and byte-split
+            // outputs are byte-full (not candidates again).
+            let own = Balance::for_task(
+                size.sources.rows,
+                size.estimated_bytes,
+                sizing.target,
+                sizing.max_bytes_per_file,
+            );
+            progress.then(|| own.sizes().collect())
+        } else {
+            carried_prefix_outputs(balance, size.sources.rows, sizing.target).filter(|_| progress)
+        };
+        if let Some(output_rows) = output_rows {
             let plan = TaskPlan {
                 fragment_ids: sources[..k].iter().map(|f| f.id).collect(),
                 output_rows,
@@ -183,53 +233,73 @@ fn largest_useful_prefix(
             };
             return Some(BudgetCut {
                 plan,
-                sources: used,
+                sources: size.sources,
             });
         }
-        let dropped = &sources[k - 1]; // k >= 1
-        used = SourceUse {
-            fragments: used.fragments - 1,
-            rows: used.rows - dropped.live_rows,
-            bytes: used.bytes - dropped.bytes,
-        };
+        size = size.minus(&sources[k - 1]); // k >= 1
     }
     None
+}
+
+/// The complete outputs of the whole task's `balance` inside a prefix of `rows`
+/// rows plus the carried rest, or `None` when that would strand rows: a carried
+/// rest at or above target is allowed only before the task's last output.
+fn carried_prefix_outputs(balance: &Balance, rows: u64, target: u64) -> Option<Vec<u64>> {
+    // The last output is complete only with the whole task: a prefix holding all
+    // live rows would leave its zero-row suffix stranded.
+    let complete = balance
+        .complete_within(rows)
+        .min(balance.count().saturating_sub(1));
+    let carried = rows - balance.end(complete);
+    let strands_nothing = carried < target || complete + 1 < balance.count();
+    strands_nothing.then(|| {
+        let mut output_rows: Vec<u64> = (0..complete).map(|j| balance.size(j)).collect();
+        if carried > 0 {
+            output_rows.push(carried);
+        }
+        output_rows
+    })
 }
 
 fn leftmost_merge_window(
     sources: &[FragmentStats],
     rules: &CandidateRules,
     budget: &SourceBudget,
-    target: u64,
+    sizing: Sizing,
 ) -> Option<BudgetCut> {
+    // A window is written as one fragment: below target, and within the byte cap.
+    let fits_one_output = |size: &RunSize| {
+        size.sources.rows < sizing.target
+            && budget.admits(size.sources)
+            && sizing
+                .max_bytes_per_file
+                .is_none_or(|cap| size.estimated_bytes <= cap)
+    };
     for start in 0..sources.len() {
         let first = &sources[start]; // start < len
-        let mut used = SourceUse::of(first);
-        if used.rows >= target || !budget.admits(used) {
+        let mut size = RunSize::default().plus(first);
+        if !fits_one_output(&size) {
             continue;
         }
         let mut end = start + 1;
         while let Some(next) = sources.get(end) {
-            let grown = used.plus(SourceUse::of(next));
-            if grown.rows >= target || !budget.admits(grown) {
+            let grown = size.plus(next);
+            if !fits_one_output(&grown) {
                 break;
             }
-            used = grown;
+            size = grown;
             end += 1;
         }
         if end - start >= 2 || rules.has_deletions_to_materialize(first) {
+            let rows = size.sources.rows;
             let plan = TaskPlan {
                 fragment_ids: sources[start..end].iter().map(|f| f.id).collect(),
-                output_rows: if used.rows > 0 {
-                    vec![used.rows]
-                } else {
-                    Vec::new()
-                },
+                output_rows: if rows > 0 { vec![rows] } else { Vec::new() },
                 partial: true,
             };
             return Some(BudgetCut {
                 plan,
-                sources: used,
+                sources: size.sources,
             });
         }
     }
@@ -319,7 +389,14 @@ mod tests {
         let live = rows.iter().sum();
         let balance = Balance::for_task(live, 0, target, None);
         let rules = CandidateRules::new(&o);
-        useful_cut(&sources, &balance, &rules, &SourceBudget::new(&o), target).map(|c| c.plan)
+        useful_cut(
+            &sources,
+            &balance,
+            &rules,
+            &SourceBudget::new(&o),
+            Sizing::new(&o),
+        )
+        .map(|c| c.plan)
     }
 
     #[test]

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::balance::Balance;
 use super::bins::{Bins, TaskSplits};
-use super::budget::{useful_cut, SourceBudget, SourceUse};
+use super::budget::{useful_cut, Sizing, SourceBudget, SourceUse};
 use super::candidates::{validate_fragments, CandidateRules, FragmentStats};
 use super::options::CompactionOptions;
 
@@ -38,6 +38,7 @@ pub fn plan_tasks(
     validate_fragments(fragments)?;
     let rules = CandidateRules::new(options);
     let target = options.target_rows_per_fragment;
+    let sizing = Sizing::new(options);
     let mut budget = SourceBudget::new(options);
     let mut plans = Vec::new();
     for bin in Bins::new(fragments, &rules) {
@@ -48,7 +49,7 @@ pub fn plan_tasks(
                 plans.push(task.whole_plan());
                 continue;
             }
-            if let Some(cut) = useful_cut(task.fragments, &task.balance, &rules, &budget, target) {
+            if let Some(cut) = useful_cut(task.fragments, &task.balance, &rules, &budget, sizing) {
                 budget.take(cut.sources);
                 plans.push(cut.plan);
                 return Ok(plans);
@@ -59,7 +60,7 @@ pub fn plan_tasks(
                     &task.balance,
                     &rules,
                     &budget.fresh(),
-                    target,
+                    sizing,
                 )
                 .is_some();
             if runnable_later {
