@@ -341,6 +341,11 @@ mod tests {
     use object_store::memory::InMemory;
     use object_store::ObjectStoreExt;
 
+    const _: () = {
+        const fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<CountingStore<InMemory>>();
+    };
+
     #[tokio::test]
     async fn counts_every_kind_and_attributes_directories() {
         let store = CountingStore::new(InMemory::new());
@@ -431,9 +436,3 @@ mod tests {
         assert_eq!(stats.requests_under("_versions"), 3);
     }
 }
-
-#[cfg(test)]
-const _: () = {
-    const fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<CountingStore<object_store::memory::InMemory>>();
-};
