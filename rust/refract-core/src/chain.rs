@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
+use crate::cache::DeepSize;
 use crate::remap::{LookupCursor, RowAddrRemap};
 
 /// Remaps applied in order, oldest first. Empty remaps are dropped.
@@ -114,6 +115,12 @@ impl RemapChain {
     pub fn deep_size_bytes(&self) -> u64 {
         let own = std::mem::size_of::<Self>() + self.steps.capacity() * 8;
         own as u64 + self.steps.iter().map(|s| s.deep_size_bytes()).sum::<u64>()
+    }
+}
+
+impl DeepSize for RemapChain {
+    fn deep_size_bytes(&self) -> usize {
+        usize::try_from(RemapChain::deep_size_bytes(self)).unwrap_or(usize::MAX)
     }
 }
 

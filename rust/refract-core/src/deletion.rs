@@ -7,6 +7,7 @@
 
 use roaring::RoaringBitmap;
 
+use crate::cache::DeepSize;
 use crate::error::{Error, Result};
 
 /// What [`Error::Corrupt`] names for a bad deletion vector.
@@ -110,6 +111,13 @@ impl DeletionVector {
             }
         }
         Ok(Self { deleted })
+    }
+}
+
+impl DeepSize for DeletionVector {
+    fn deep_size_bytes(&self) -> usize {
+        // The serialized size tracks the in-memory containers closely.
+        std::mem::size_of::<Self>() + self.deleted.serialized_size()
     }
 }
 

@@ -7,6 +7,7 @@
 
 use roaring::{RoaringBitmap, RoaringTreemap};
 
+use crate::cache::DeepSize;
 use crate::error::{Error, Result};
 use crate::remap::{CompactRemap, FragmentRows, LookupCursor, RewriteGroupInput};
 use crate::translate::MAX_TRANSLATION_BATCH;
@@ -103,6 +104,12 @@ impl OrderedCompactionMapping {
             }
         }
         Ok(())
+    }
+}
+
+impl DeepSize for OrderedCompactionMapping {
+    fn deep_size_bytes(&self) -> usize {
+        usize::try_from(OrderedCompactionMapping::deep_size_bytes(self)).unwrap_or(usize::MAX)
     }
 }
 

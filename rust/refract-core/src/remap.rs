@@ -19,6 +19,7 @@ use roaring::{RoaringBitmap, RoaringTreemap};
 use serde::{Deserialize, Serialize};
 
 use crate::address::row_address;
+use crate::cache::DeepSize;
 use crate::error::{Error, Result};
 use crate::materialize::estimate_hashmap_bytes;
 use crate::ranked::{last_le_by, RankedLayout, RankedOffsets};
@@ -311,9 +312,11 @@ fn build_group(
         });
         rows_before += count;
     }
+    let mut listed: Vec<u32> = old.iter().map(|o| o.id).collect();
+    listed.sort_unstable();
     if let Some((frag, _)) = surviving
         .iter()
-        .find(|(k, _)| !group.old_fragments.iter().any(|f| f.id == u64::from(*k)))
+        .find(|(k, _)| listed.binary_search(k).is_err())
     {
         return Err(Error::invalid_input(format!(
             "surviving addresses in fragment {frag}, which is not an old fragment of its group"
@@ -365,6 +368,12 @@ pub enum RowAddrRemap {
 impl Default for RowAddrRemap {
     fn default() -> Self {
         Self::empty()
+    }
+}
+
+impl DeepSize for RowAddrRemap {
+    fn deep_size_bytes(&self) -> usize {
+        usize::try_from(RowAddrRemap::deep_size_bytes(self)).unwrap_or(usize::MAX)
     }
 }
 
