@@ -52,6 +52,18 @@ pub enum Operation {
         /// Segments removed.
         removed_index_uuids: Vec<Uuid>,
     },
+    /// Stable partition: the contiguous run `source_fragment_ids` is replaced in
+    /// place by `destinations` (label order); ids are assigned at commit.
+    Partition {
+        /// The replaced run, in manifest order.
+        source_fragment_ids: Vec<u64>,
+        /// The destinations, in label order.
+        destinations: Vec<Fragment>,
+        /// The row map `_fri/<map_id>/stable_partition.lance`, when one was written.
+        map_id: Option<Uuid>,
+        /// Size of the row-map file (0 without one).
+        map_size_bytes: u64,
+    },
     /// Makes `version` current again (as a new version).
     Restore {
         /// The version restored.
@@ -112,6 +124,7 @@ impl Operation {
             Operation::Rewrite { .. } => "Rewrite",
             Operation::CreateIndex { .. } => "CreateIndex",
             Operation::Restore { .. } => "Restore",
+            Operation::Partition { .. } => "Partition",
         }
     }
 
@@ -156,6 +169,17 @@ impl Operation {
             Operation::Restore { version } => {
                 pt::Operation::Restore(pt::Restore { version: *version })
             }
+            Operation::Partition {
+                source_fragment_ids,
+                destinations,
+                map_id,
+                map_size_bytes,
+            } => pt::Operation::Partition(pt::Partition {
+                source_fragment_ids: source_fragment_ids.clone(),
+                destinations: destinations.iter().map(Fragment::to_proto).collect(),
+                map_id: map_id.map_or_else(Vec::new, |id| id.as_bytes().to_vec()),
+                map_size_bytes: *map_size_bytes,
+            }),
         }
     }
 
@@ -192,6 +216,16 @@ impl Operation {
             pt::Operation::Restore(restore) => Operation::Restore {
                 version: restore.version,
             },
+            pt::Operation::Partition(partition) => Operation::Partition {
+                source_fragment_ids: partition.source_fragment_ids.clone(),
+                destinations: fragments_from_proto(&partition.destinations)?,
+                map_id: if partition.map_id.is_empty() {
+                    None
+                } else {
+                    Some(uuid_from_bytes(&partition.map_id, "partition map id")?)
+                },
+                map_size_bytes: partition.map_size_bytes,
+            },
         })
     }
 
@@ -214,6 +248,10 @@ impl Operation {
                 .iter()
                 .flat_map(|group| group.old_fragment_ids.iter().copied())
                 .collect(),
+            Operation::Partition {
+                source_fragment_ids,
+                ..
+            } => source_fragment_ids.clone(),
         }
     }
 }

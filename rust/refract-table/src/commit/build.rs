@@ -98,6 +98,29 @@ pub(crate) fn build_candidate(
             apply_index_changes(&mut next, new_indices, removed_index_uuids)?;
             txn.operation.clone()
         }
+        Operation::Partition {
+            source_fragment_ids,
+            destinations,
+            map_id,
+            map_size_bytes,
+        } => {
+            // Positionally a partition is one rewrite group: the run is replaced in place.
+            let run = RewriteGroup {
+                old_fragment_ids: source_fragment_ids.clone(),
+                new_fragments: destinations.clone(),
+                surviving_old_addresses: None,
+            };
+            let applied = apply_rewrite(&mut next, &[run], &mut ids, &mut assigned)?;
+            Operation::Partition {
+                source_fragment_ids: source_fragment_ids.clone(),
+                destinations: applied
+                    .into_iter()
+                    .flat_map(|group| group.new_fragments)
+                    .collect(),
+                map_id: *map_id,
+                map_size_bytes: *map_size_bytes,
+            }
+        }
         Operation::Restore { version } => {
             let restored = restored
                 .filter(|restored| restored.version == *version)

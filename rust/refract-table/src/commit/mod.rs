@@ -5,6 +5,8 @@
 //!    ([`rebase`]); an incompatible change is a retryable conflict.
 //! 3. Build the candidate manifest (new fragment ids from `max_fragment_id + 1`,
 //!    rewrites spliced in place) and run the [`CommitHook`].
+//!    The write gate ([`gate`]) then classifies the candidate on tables tagged
+//!    with the FRI flag and sets the flag pair for a version-1 FRI entry.
 //! 4. Publish it with put-if-absent at `latest + 1`. Losing the race loops to 1.
 //!    A put that fails *ambiguously* (the object may exist) is resolved by
 //!    reading that version back: it is ours iff its transaction uuid is ours.
@@ -12,6 +14,8 @@
 //!    returns that version, so a transaction is never applied twice.
 
 pub(crate) mod build;
+pub mod fri_entry;
+pub mod gate;
 pub mod rebase;
 
 use std::sync::Arc;
@@ -91,6 +95,7 @@ pub(crate) async fn commit_transaction(
             hook.before_publish(&latest, &mut candidate.manifest, &candidate.assigned)
                 .await?;
         }
+        gate::admit(&latest, &mut candidate.manifest).await?;
         let manifest = candidate.manifest;
         let bytes = manifest.encode()?;
         let path = manifest_path(manifest.version);

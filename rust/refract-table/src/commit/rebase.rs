@@ -11,6 +11,12 @@
 //! | CreateIndex   | ok     | ok                      | conflict if it rewrote covered fragments | conflict if same removed segment | conflict|
 //! | Restore       | conflict on anything committed in between                                                  |||||
 //!
+//! Partition behaves like Rewrite, except that a Delete overlapping its sources is
+//! always a conflict (its labels were computed over the old deletions). A
+//! CreateIndex that only swaps *system* entries (an FRI trim) does not conflict
+//! with a Rewrite or Partition: their commit hook re-reads the latest ledger on
+//! every attempt and appends its transition to it.
+//!
 //! Every conflict here is retryable: running the operation again against the
 //! new latest version may succeed.
 
@@ -99,7 +105,7 @@ fn check_compatible(ours: &Operation, theirs: &Operation, their_version: u64) ->
         (Operation::Append { .. }, _) => Ok(()),
         (Operation::Restore { .. }, _) => conflict("a restore requires no intervening commit"),
         (_, Operation::Restore { .. }) => conflict("the table was restored to another version"),
-        (Operation::Delete { .. }, Operation::Rewrite { .. }) => {
+        (Operation::Delete { .. }, Operation::Rewrite { .. } | Operation::Partition { .. }) => {
             if overlaps(ours, theirs) {
                 conflict("the rows it deletes were rewritten")
             } else {
@@ -114,33 +120,45 @@ fn check_compatible(ours: &Operation, theirs: &Operation, their_version: u64) ->
                 Ok(())
             }
         }
-        (Operation::Rewrite { .. }, Operation::Rewrite { .. }) => {
+        (Operation::Partition { .. }, Operation::Delete { .. }) => {
+            if overlaps(ours, theirs) {
+                conflict("rows of the partitioned fragments were deleted concurrently")
+            } else {
+                Ok(())
+            }
+        }
+        (
+            Operation::Rewrite { .. } | Operation::Partition { .. },
+            Operation::Rewrite { .. } | Operation::Partition { .. },
+        ) => {
             if overlaps(ours, theirs) {
                 conflict("both rewrite the same fragments")
             } else {
                 Ok(())
             }
         }
-        (Operation::Rewrite { groups, .. }, Operation::CreateIndex { new_indices, .. }) => {
-            let sources: HashSet<u64> = groups
-                .iter()
-                .flat_map(|group| group.old_fragment_ids.iter().copied())
-                .collect();
+        (
+            Operation::Rewrite { .. } | Operation::Partition { .. },
+            Operation::CreateIndex { new_indices, .. },
+        ) => {
+            let sources: HashSet<u64> = ours.touched_fragment_ids().into_iter().collect();
             if new_indices
                 .iter()
-                .any(|index| index_may_cover(index, &sources))
+                .any(|index| !index.is_system() && index_may_cover(index, &sources))
             {
                 conflict("a new index segment covers fragments this rewrite replaces")
             } else {
                 Ok(())
             }
         }
-        (Operation::Rewrite { .. }, Operation::Append { .. }) => Ok(()),
-        (Operation::CreateIndex { new_indices, .. }, Operation::Rewrite { groups, .. }) => {
-            let rewritten: HashSet<u64> = groups
-                .iter()
-                .flat_map(|group| group.old_fragment_ids.iter().copied())
-                .collect();
+        (Operation::Rewrite { .. } | Operation::Partition { .. }, Operation::Append { .. }) => {
+            Ok(())
+        }
+        (
+            Operation::CreateIndex { new_indices, .. },
+            Operation::Rewrite { .. } | Operation::Partition { .. },
+        ) => {
+            let rewritten: HashSet<u64> = theirs.touched_fragment_ids().into_iter().collect();
             if new_indices
                 .iter()
                 .any(|index| index_may_cover(index, &rewritten))

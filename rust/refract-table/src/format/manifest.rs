@@ -143,7 +143,8 @@ impl Manifest {
                 return Err(corrupt(format!("duplicate index uuid {}", index.uuid)));
             }
         }
-        check_fri_flag_pair(self.reader_flags, self.writer_flags)
+        check_fri_flag_pair(self.reader_flags, self.writer_flags)?;
+        crate::commit::fri_entry::check_fri_metadata(self)
     }
 }
 

@@ -1,0 +1,150 @@
+//! The FRI system entry: finding it in a manifest, loading its ledger through
+//! the store, writing a new entry, and the flag rules checked at publication.
+//!
+//! The entry has the reserved name [`FRI_INDEX_NAME`], no fields and no
+//! fragment bitmap; its details hold the encoded ledger inline, or reference
+//! `_indices/<fri uuid>/details.binpb` when the content exceeds 200 KiB.
+
+use bytes::Bytes;
+use refract_core::{Error, Result};
+use refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;
+use refract_ledger::{
+    parse_details, ContentLocation, Ledger, FRI_INDEX_NAME, FRI_INDEX_TYPE,
+    FRI_INDEX_VERSION_TAGGED,
+};
+use uuid::Uuid;
+
+use crate::dataset::Dataset;
+use crate::format::{IndexMetadata, Manifest};
+use crate::io::{DatasetStore, RelativePath};
+
+/// True when `index` is the FRI system entry.
+pub fn is_fri_entry(index: &IndexMetadata) -> bool {
+    index.name == FRI_INDEX_NAME
+}
+
+/// The FRI entry of `manifest`, if any. Two FRI entries are corrupt.
+pub fn find_fri_entry(manifest: &Manifest) -> Result<Option<&IndexMetadata>> {
+    let mut entries = manifest.indices.iter().filter(|index| is_fri_entry(index));
+    let first = entries.next();
+    if entries.next().is_some() {
+        return Err(Error::corrupt(
+            "manifest",
+            format!("version {} has more than one FRI entry", manifest.version),
+        ));
+    }
+    Ok(first)
+}
+
+/// The uuid of the FRI entry, from metadata only (the ledger is not decoded,
+/// so this works on a corrupt ledger too).
+pub fn fri_uuid(manifest: &Manifest) -> Option<Uuid> {
+    manifest
+        .indices
+        .iter()
+        .find(|index| is_fri_entry(index))
+        .map(|index| index.uuid)
+}
+
+/// Loads and validates the ledger of `dataset`'s FRI entry (`None` without one).
+pub async fn load_ledger(dataset: &Dataset) -> Result<Option<(IndexMetadata, Ledger)>> {
+    load_ledger_of(dataset.store(), dataset.manifest()).await
+}
+
+/// Loads the ledger of `manifest`'s FRI entry through `store`. The version gate
+/// and the external reference (path under `_indices/<fri uuid>/`, offset and
+/// size) are checked before any I/O; the received length is checked after.
+pub async fn load_ledger_of(
+    store: &DatasetStore,
+    manifest: &Manifest,
+) -> Result<Option<(IndexMetadata, Ledger)>> {
+    let Some(entry) = find_fri_entry(manifest)? else {
+        return Ok(None);
+    };
+    let ledger = decode_entry(store, entry).await?;
+    Ok(Some((entry.clone(), ledger)))
+}
+
+/// Decodes one FRI entry's ledger.
+pub async fn decode_entry(store: &DatasetStore, entry: &IndexMetadata) -> Result<Ledger> {
+    match parse_details(&entry.details, entry.index_version, &entry.uuid)? {
+        ContentLocation::Inline(content) => {
+            Ledger::from_content_bytes(content, entry.index_version)
+        }
+        ContentLocation::External(external) => {
+            let path = RelativePath::parse(external.path())?;
+            let bytes = store.get_range(&path, external.byte_range()).await?;
+            external.verify_received(&bytes)?;
+            Ledger::from_content_bytes(&bytes, entry.index_version)
+        }
+    }
+}
+
+/// Encodes `ledger` as a new FRI entry with a fresh uuid, writing the external
+/// content file first when the ledger is too large to inline. Every update
+/// mints a new uuid, so an external file is never overwritten.
+pub async fn new_fri_entry(
+    store: &DatasetStore,
+    ledger: &Ledger,
+    dataset_version: u64,
+) -> Result<IndexMetadata> {
+    let uuid = Uuid::new_v4();
+    let encoded = ledger.encode_details(&uuid)?;
+    if let Some((path, bytes)) = encoded.external_file {
+        store
+            .put(&RelativePath::parse(&path)?, Bytes::from(bytes))
+            .await?;
+    }
+    Ok(IndexMetadata {
+        uuid,
+        name: FRI_INDEX_NAME.to_string(),
+        fields: Vec::new(),
+        fragment_bitmap: None,
+        index_type: FRI_INDEX_TYPE.to_string(),
+        details: encoded.details,
+        index_version: encoded.index_version,
+        dataset_version,
+    })
+}
+
+/// True when the manifest's flags mark it as carrying (or having carried) a
+/// version-1 history.
+pub fn is_tagged(manifest: &Manifest) -> bool {
+    manifest.reader_flags & FLAG_FRAGMENT_REUSE_INDEX != 0
+        || manifest.writer_flags & FLAG_FRAGMENT_REUSE_INDEX != 0
+}
+
+/// The FRI rules every published manifest satisfies (checked by
+/// `Manifest::validate`, so a violating manifest is never written):
+/// at most one FRI entry, shaped as a system entry (no fields, no bitmap); a
+/// version-1 entry requires the FRI bit in both flag sets; once the bits are
+/// set, a version-0 entry may not be published (the flag is permanent).
+pub(crate) fn check_fri_metadata(manifest: &Manifest) -> Result<()> {
+    let Some(entry) = find_fri_entry(manifest)? else {
+        return Ok(());
+    };
+    let corrupt = |message: String| Error::corrupt("manifest", message);
+    if !entry.fields.is_empty() || entry.fragment_bitmap.is_some() {
+        return Err(corrupt(format!(
+            "FRI entry {} must have no fields and no fragment bitmap",
+            entry.uuid
+        )));
+    }
+    let both = FLAG_FRAGMENT_REUSE_INDEX;
+    let flags_set = manifest.reader_flags & both != 0 && manifest.writer_flags & both != 0;
+    if entry.index_version >= FRI_INDEX_VERSION_TAGGED && !flags_set {
+        return Err(corrupt(format!(
+            "FRI entry {} has index_version {} but the FRI feature flag is not set in both \
+             the reader and the writer flags",
+            entry.uuid, entry.index_version
+        )));
+    }
+    if entry.index_version < FRI_INDEX_VERSION_TAGGED && is_tagged(manifest) {
+        return Err(corrupt(format!(
+            "FRI entry {} has index_version {} on a table tagged with the FRI feature flag \
+             (the flag is permanent; histories must stay at version 1)",
+            entry.uuid, entry.index_version
+        )));
+    }
+    Ok(())
+}
