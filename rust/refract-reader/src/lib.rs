@@ -4,5 +4,32 @@
 //! walking fragment lineage, translates stored row addresses hop by hop to live
 //! fragments, and caches decoded ledgers, mapping readers and row-map chunks in the
 //! session's shared index cache.
+//!
+//! * [`entry`]: the FRI system entry and metadata-only lookups (no decoding).
+//! * [`history`]: the validated ledger of one FRI uuid, cached.
+//! * [`coverage`]: lineage-derived coverage of the segments of one index.
+//! * [`listing`]: the derived listing of one snapshot, cached per (version, FRI uuid).
+//! * [`mapping`]: mapping readers bound per transition, cached by fingerprint + root.
+//! * [`translate`]: per-segment hop-by-hop translation with duplicate suppression.
+//! * [`resolver`]: `FriReader` and the `FriResolver` used by query execution.
+//! * [`rowmap`]: the stable-partition row-map file format, writer and chunk-cached reader.
 
+pub mod coverage;
+pub mod entry;
+pub mod history;
+pub mod listing;
+pub mod mapping;
+pub mod resolver;
 pub mod rowmap;
+pub mod translate;
+
+pub use coverage::{Disposition, Exclusion, IndexPlan, SegmentPlan};
+pub use entry::{
+    fri_entry, fri_statistics, fri_uuid, has_fri, is_fri_entry, FriContent, FriStatistics,
+    FRI_INDEX_NAME, FRI_INDEX_TYPE,
+};
+pub use history::{load_history, FriHistory};
+pub use listing::{DerivedListing, ListedEntry};
+pub use mapping::{MappingBinder, StablePartitionMapping};
+pub use resolver::{FriReader, FriResolver};
+pub use rowmap::ChunkCacheMode;

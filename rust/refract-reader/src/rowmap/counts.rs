@@ -35,14 +35,20 @@ pub struct CountsMatrix {
 
 impl CountsMatrix {
     /// Builds the matrix from per-block label histograms (`per_block[b][d]`).
-    pub fn from_histograms(num_rows: u64, num_destinations: u32, per_block: &[Vec<u64>]) -> Result<Self> {
+    pub fn from_histograms(
+        num_rows: u64,
+        num_destinations: u32,
+        per_block: &[Vec<u64>],
+    ) -> Result<Self> {
         let width = num_destinations as usize;
         let mut counts = Vec::with_capacity((per_block.len() + 1) * width);
         let mut running = vec![0u64; width];
         counts.extend_from_slice(&running);
         for histogram in per_block {
             if histogram.len() != width {
-                return Err(Error::invalid_input("row-map histogram has the wrong width"));
+                return Err(Error::invalid_input(
+                    "row-map histogram has the wrong width",
+                ));
             }
             for (total, count) in running.iter_mut().zip(histogram) {
                 *total += count;
@@ -86,7 +92,14 @@ impl CountsMatrix {
         if usize::from(destination) >= width {
             return None;
         }
-        self.counts.get(row * width + usize::from(destination)).copied()
+        self.counts
+            .get(row * width + usize::from(destination))
+            .copied()
+    }
+
+    /// Bytes held, heap included.
+    pub fn deep_size_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.counts.capacity() * 8
     }
 
     /// Total rows per destination.
@@ -129,7 +142,9 @@ impl CountsMatrix {
         let num_destinations = cursor.u32()?;
         let num_blocks = cursor.u64()?;
         if block_rows != BLOCK_ROWS {
-            return Err(corrupt(format!("block size {block_rows}, expected {BLOCK_ROWS}")));
+            return Err(corrupt(format!(
+                "block size {block_rows}, expected {BLOCK_ROWS}"
+            )));
         }
         if num_destinations == 0 || num_destinations > MAX_DESTINATIONS {
             return Err(corrupt(format!("{num_destinations} destinations")));
@@ -198,7 +213,9 @@ impl CountsMatrix {
     /// Rows in `block` (the last block may be short).
     pub fn block_len(&self, block: u64) -> u64 {
         let start = block * u64::from(self.block_rows);
-        self.num_rows.saturating_sub(start).min(u64::from(self.block_rows))
+        self.num_rows
+            .saturating_sub(start)
+            .min(u64::from(self.block_rows))
     }
 
     /// Checks the totals against the destinations' physical rows and the row
@@ -280,7 +297,8 @@ mod tests {
 
     #[test]
     fn block_growth_beyond_its_length_is_corrupt() {
-        let err = CountsMatrix::from_histograms(70_000, 2, &[vec![30_000, 35_536], vec![4_000, 500]]);
+        let err =
+            CountsMatrix::from_histograms(70_000, 2, &[vec![30_000, 35_536], vec![4_000, 500]]);
         assert!(matches!(err, Err(Error::Corrupt { .. })));
     }
 
@@ -290,7 +308,10 @@ mod tests {
         // Cell (1, 0) sits after the header and the zero row.
         let cell = HEADER_BYTES + 2 * 8;
         bytes[cell..cell + 8].copy_from_slice(&40_000u64.to_le_bytes());
-        assert!(matches!(CountsMatrix::decode(&bytes), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            CountsMatrix::decode(&bytes),
+            Err(Error::Corrupt { .. })
+        ));
     }
 
     #[test]
@@ -307,7 +328,10 @@ mod tests {
     fn newer_format_version_asks_for_an_upgrade() {
         let mut bytes = sample().encode();
         bytes[4..8].copy_from_slice(&2u32.to_le_bytes());
-        assert!(matches!(CountsMatrix::decode(&bytes), Err(Error::NotSupported { .. })));
+        assert!(matches!(
+            CountsMatrix::decode(&bytes),
+            Err(Error::NotSupported { .. })
+        ));
     }
 
     proptest! {

@@ -29,7 +29,12 @@ pub struct LabelChunk {
 
 impl LabelChunk {
     /// Builds a chunk from decoded label arrays (nulls become [`DELETED`]).
-    pub fn from_arrays(first_row: u64, block_rows: usize, num_destinations: usize, arrays: &[UInt16Array]) -> Self {
+    pub fn from_arrays(
+        first_row: u64,
+        block_rows: usize,
+        num_destinations: usize,
+        arrays: &[UInt16Array],
+    ) -> Self {
         let total: usize = arrays.iter().map(|a| a.len()).sum();
         let mut labels = Vec::with_capacity(total);
         for array in arrays {
@@ -76,12 +81,19 @@ impl LabelChunk {
         let (scan_from, mut rank) = if self.width > 0 && usize::from(label) < self.width {
             let stride = position / CHECKPOINT_STRIDE;
             let start = stride * CHECKPOINT_STRIDE;
-            let base = self.checkpoints.get(stride * self.width + usize::from(label)).copied().unwrap_or(0);
+            let base = self
+                .checkpoints
+                .get(stride * self.width + usize::from(label))
+                .copied()
+                .unwrap_or(0);
             (start.max(block_start), u64::from(base))
         } else {
             (block_start, 0)
         };
-        rank += self.labels[scan_from..position].iter().filter(|l| **l == label).count() as u64;
+        rank += self.labels[scan_from..position]
+            .iter()
+            .filter(|l| **l == label)
+            .count() as u64;
         Some((label, rank))
     }
 }
@@ -123,16 +135,29 @@ mod tests {
     fn ranks_match_a_linear_count() {
         let block_rows = 4_096;
         let raw: Vec<Option<u16>> = (0..10_000u32)
-            .map(|i| if i % 7 == 0 { None } else { Some((i * 31 % 5) as u16) })
+            .map(|i| {
+                if i % 7 == 0 {
+                    None
+                } else {
+                    Some((i * 31 % 5) as u16)
+                }
+            })
             .collect();
         let chunk = LabelChunk::from_arrays(0, block_rows, 5, &[UInt16Array::from(raw.clone())]);
         for position in [0usize, 1, 1_023, 1_024, 1_025, 4_095, 4_096, 4_097, 9_999] {
             let expected = raw[position].map(|label| {
                 let block_start = position - position % block_rows;
-                let rank = raw[block_start..position].iter().filter(|l| **l == Some(label)).count() as u64;
+                let rank = raw[block_start..position]
+                    .iter()
+                    .filter(|l| **l == Some(label))
+                    .count() as u64;
                 (label, rank)
             });
-            assert_eq!(chunk.label_and_rank(position), expected, "position {position}");
+            assert_eq!(
+                chunk.label_and_rank(position),
+                expected,
+                "position {position}"
+            );
         }
         assert_eq!(chunk.label_and_rank(10_000), None);
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow_array::{Array, UInt16Array};
 use futures::{StreamExt, TryStreamExt};
 use refract_core::cache::{ByteWeightedCache, CacheKey, CacheNamespace, KeyParts};
-use refract_core::{Error, Result, RowAddress};
+use refract_core::{Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
 use refract_table::io::lance_files::LanceFileReader;
 use refract_table::io::store::DatasetStore;
 use uuid::Uuid;
@@ -76,19 +76,26 @@ impl std::fmt::Debug for RowMapReader {
 }
 
 impl RowMapReader {
-    /// Opens the row map of `map_id` for a transition from `sources` to
-    /// `destinations` (fragment id, physical rows), validating the counts against
-    /// both. `fingerprint` identifies the transition in cache keys.
+    /// Opens the row map of `map_id` (recorded size `map_size_bytes`) for a
+    /// transition from `sources` to `destinations` (fragment id, physical
+    /// rows), validating the counts against both. `fingerprint` identifies the
+    /// transition in cache keys. Reads the file footer and the counts buffer,
+    /// no labels (unless `mode` is [`ChunkCacheMode::Prewarm`]).
+    #[allow(clippy::too_many_arguments)]
     pub async fn open(
         store: &DatasetStore,
         map_id: &Uuid,
+        map_size_bytes: u64,
         fingerprint: [u8; 32],
         sources: &[RowMapSource],
         destinations: &[(u64, u64)],
         cache: &ByteWeightedCache,
         mode: ChunkCacheMode,
     ) -> Result<Self> {
-        let file = LanceFileReader::open(store, &row_map_path(map_id)?, None).await?;
+        // The recorded size saves a HEAD request; a wrong size fails the
+        // footer read as Corrupt.
+        let known_size = (map_size_bytes > 0).then_some(map_size_bytes);
+        let file = LanceFileReader::open(store, &row_map_path(map_id)?, known_size).await?;
         let counts = read_counts(&file).await?;
         let source_rows = sources.iter().try_fold(0u64, |total, source| {
             total
@@ -100,7 +107,11 @@ impl RowMapReader {
         if file.num_rows() != counts.num_rows() {
             return Err(Error::corrupt(
                 "row map",
-                format!("file holds {} labels, counts say {}", file.num_rows(), counts.num_rows()),
+                format!(
+                    "file holds {} labels, counts say {}",
+                    file.num_rows(),
+                    counts.num_rows()
+                ),
             ));
         }
         let mut source_starts = Vec::with_capacity(sources.len());
@@ -145,26 +156,72 @@ impl RowMapReader {
 
     /// Translates source addresses to destination addresses (`None` = deleted),
     /// keeping input order and duplicates. An address outside the sources is
-    /// `InvalidInput`.
+    /// `InvalidInput`, as is a batch of more than [`MAX_TRANSLATION_BATCH`].
+    ///
+    /// Requests are sorted by row so each touched chunk (cached) or block
+    /// (uncached) is fetched once per batch; untouched ones are never read.
     pub async fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        if batch.len() > MAX_TRANSLATION_BATCH {
+            return Err(Error::invalid_input(format!(
+                "translation batch of {} addresses exceeds the maximum of {MAX_TRANSLATION_BATCH}",
+                batch.len()
+            )));
+        }
+        let mut requests = Vec::with_capacity(batch.len());
+        for (slot, &address) in batch.iter().enumerate() {
+            requests.push((self.global_row(address)?, slot));
+        }
+        requests.sort_unstable();
         out.clear();
-        out.reserve(batch.len());
-        // Consecutive addresses usually share a chunk; keep the last one loaded.
-        let mut loaded: Option<(u64, Arc<LabelChunk>)> = None;
-        for &address in batch {
-            let row = self.global_row(address)?;
-            let (chunk_index, position) = self.locate(row);
-            let chunk = match &loaded {
-                Some((index, chunk)) if *index == chunk_index => chunk.clone(),
-                _ => {
-                    let chunk = self.chunk(chunk_index).await?;
-                    loaded = Some((chunk_index, chunk.clone()));
-                    chunk
-                }
-            };
-            out.push(self.destination(&chunk, row, position)?);
+        out.resize(batch.len(), None);
+        let unit_rows = self.unit_rows();
+        let mut start = 0usize;
+        while let Some(&(first_row, _)) = requests.get(start) {
+            let unit = first_row / unit_rows;
+            let end = start
+                + requests[start..]
+                    .iter()
+                    .take_while(|(row, _)| row / unit_rows == unit)
+                    .count();
+            let chunk = self.unit(unit).await?;
+            for &(row, slot) in &requests[start..end] {
+                let destination = self.destination(&chunk, row)?;
+                // `slot` enumerates `batch`, and `out` has the batch's length.
+                out[slot] = destination;
+            }
+            start = end;
         }
         Ok(())
+    }
+
+    /// Bytes held by the reader itself (labels live in the chunk cache).
+    pub fn deep_size_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.counts.deep_size_bytes()
+            + self.source_starts.capacity() * 24
+            + self.destinations.capacity() * 8
+    }
+
+    /// Rows per fetched unit: a chunk with the cache, one block without.
+    fn unit_rows(&self) -> u64 {
+        let block_rows = u64::from(self.counts.block_rows());
+        match self.cache {
+            Some(_) => BLOCKS_PER_CHUNK * block_rows,
+            None => block_rows,
+        }
+    }
+
+    /// Unit `index` (see [`Self::unit_rows`]).
+    async fn unit(&self, index: u64) -> Result<Arc<LabelChunk>> {
+        match &self.cache {
+            Some(_) => self.chunk(index).await,
+            None => {
+                let block_rows = u64::from(self.counts.block_rows());
+                let first = index * block_rows;
+                let end = (first + block_rows).min(self.counts.num_rows());
+                Ok(Arc::new(self.load_rows(first, end).await?))
+            }
+        }
     }
 
     fn global_row(&self, address: u64) -> Result<u64> {
@@ -174,7 +231,11 @@ impl RowMapReader {
         let slot = self
             .source_starts
             .binary_search_by_key(&fragment, |(id, _, _)| *id)
-            .map_err(|_| Error::invalid_input(format!("address {address} is not in a source of this row map")))?;
+            .map_err(|_| {
+                Error::invalid_input(format!(
+                    "address {address} is not in a source of this row map"
+                ))
+            })?;
         let (_, start, rows) = self.source_starts[slot];
         if offset >= rows {
             return Err(Error::invalid_input(format!(
@@ -184,24 +245,24 @@ impl RowMapReader {
         Ok(start + offset)
     }
 
-    fn locate(&self, row: u64) -> (u64, usize) {
-        let chunk_rows = BLOCKS_PER_CHUNK * u64::from(self.counts.block_rows());
-        (row / chunk_rows, (row % chunk_rows) as usize)
-    }
-
-    fn destination(&self, chunk: &LabelChunk, row: u64, position: usize) -> Result<Option<u64>> {
+    fn destination(&self, chunk: &LabelChunk, row: u64) -> Result<Option<u64>> {
+        let position = row
+            .checked_sub(chunk.first_row)
+            .and_then(|p| usize::try_from(p).ok())
+            .filter(|p| *p < chunk.len())
+            .ok_or_else(|| {
+                Error::corrupt("row map", format!("row {row} is not in its label chunk"))
+            })?;
         let Some((label, rank)) = chunk.label_and_rank(position) else {
             return Ok(None);
         };
         let block = row / u64::from(self.counts.block_rows());
-        let before = self
-            .counts
-            .before(block, label)
-            .ok_or_else(|| Error::corrupt("row map", format!("label {label} has no destination")))?;
-        let fragment = *self
-            .destinations
-            .get(usize::from(label))
-            .ok_or_else(|| Error::corrupt("row map", format!("label {label} has no destination")))?;
+        let before = self.counts.before(block, label).ok_or_else(|| {
+            Error::corrupt("row map", format!("label {label} has no destination"))
+        })?;
+        let fragment = *self.destinations.get(usize::from(label)).ok_or_else(|| {
+            Error::corrupt("row map", format!("label {label} has no destination"))
+        })?;
         let offset = u32::try_from(before + rank)
             .map_err(|_| Error::corrupt("row map", "destination offset overflows"))?;
         let fragment = u32::try_from(fragment)
@@ -209,8 +270,8 @@ impl RowMapReader {
         Ok(Some(RowAddress::new(fragment, offset).into()))
     }
 
-    /// The chunk `index`, from the cache or the file. Without a cache only the
-    /// needed rows are read and nothing is kept.
+    /// The chunk `index` through the shared cache (concurrent loads of one
+    /// chunk are deduplicated); read directly when the cache is disabled.
     async fn chunk(&self, index: u64) -> Result<Arc<LabelChunk>> {
         match &self.cache {
             Some(cache) => {
@@ -228,15 +289,27 @@ impl RowMapReader {
     }
 
     async fn load_chunk(&self, index: u64) -> Result<LabelChunk> {
-        let block_rows = u64::from(self.counts.block_rows());
-        let first_row = index * BLOCKS_PER_CHUNK * block_rows;
-        let end_row = (first_row + BLOCKS_PER_CHUNK * block_rows).min(self.counts.num_rows());
+        let chunk_rows = BLOCKS_PER_CHUNK * u64::from(self.counts.block_rows());
+        let first_row = index
+            .checked_mul(chunk_rows)
+            .ok_or_else(|| Error::invalid_input(format!("row-map chunk {index} does not exist")))?;
+        let end_row = first_row
+            .saturating_add(chunk_rows)
+            .min(self.counts.num_rows());
+        self.load_rows(first_row, end_row).await
+    }
+
+    /// Reads labels `first_row..end_row` (block aligned at the start).
+    async fn load_rows(&self, first_row: u64, end_row: u64) -> Result<LabelChunk> {
         if first_row >= end_row {
-            return Err(Error::invalid_input(format!("row-map chunk {index} does not exist")));
+            return Err(Error::invalid_input(format!(
+                "row-map rows {first_row}..{end_row} do not exist"
+            )));
         }
+        let block_rows = self.counts.block_rows();
         let batches: Vec<_> = self
             .file
-            .read_range(first_row..end_row, Some(&[LABEL_COLUMN]), block_rows as u32)
+            .read_range(first_row..end_row, Some(&[LABEL_COLUMN]), block_rows)
             .await?
             .try_collect()
             .await?;
@@ -253,12 +326,52 @@ impl RowMapReader {
         if loaded as u64 != end_row - first_row {
             return Err(Error::corrupt("row map", "short label read"));
         }
-        Ok(LabelChunk::from_arrays(
+        let chunk = LabelChunk::from_arrays(
             first_row,
             block_rows as usize,
             self.counts.num_destinations() as usize,
             &arrays,
-        ))
+        );
+        self.check_labels(&chunk)?;
+        Ok(chunk)
+    }
+
+    /// Every label names a destination, and each whole block's per-label
+    /// counts agree with the counts matrix ("labels disagree with counts").
+    fn check_labels(&self, chunk: &LabelChunk) -> Result<()> {
+        let block_rows = u64::from(self.counts.block_rows());
+        let width = self.counts.num_destinations() as usize;
+        let first_block = chunk.first_row / block_rows;
+        let mut histogram = vec![0u64; width];
+        for (i, block) in chunk.labels.chunks(block_rows as usize).enumerate() {
+            histogram.iter_mut().for_each(|count| *count = 0);
+            for label in block {
+                if *label == super::labels::DELETED {
+                    continue;
+                }
+                let slot = histogram.get_mut(usize::from(*label)).ok_or_else(|| {
+                    Error::corrupt("row map", format!("label {label} is not below {width}"))
+                })?;
+                *slot += 1;
+            }
+            let b = first_block + i as u64;
+            for (d, count) in histogram.iter().enumerate() {
+                let d16 =
+                    u16::try_from(d).map_err(|_| Error::corrupt("row map", "label overflow"))?;
+                let before = self.counts.before(b, d16);
+                let after = self.counts.before(b + 1, d16);
+                match (before, after) {
+                    (Some(before), Some(after)) if after - before == *count => {}
+                    _ => {
+                        return Err(Error::corrupt(
+                            "row map",
+                            format!("labels of block {b} disagree with the counts"),
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 

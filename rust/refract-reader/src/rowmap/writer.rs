@@ -40,13 +40,21 @@ pub struct WrittenRowMap {
 
 impl RowMapWriter {
     /// Starts the row map of `map_id` with `num_destinations` destinations.
-    pub async fn create(store: &DatasetStore, map_id: &Uuid, num_destinations: u32) -> Result<Self> {
+    pub async fn create(
+        store: &DatasetStore,
+        map_id: &Uuid,
+        num_destinations: u32,
+    ) -> Result<Self> {
         if num_destinations == 0 || num_destinations > MAX_DESTINATIONS {
             return Err(Error::invalid_input(format!(
                 "a stable partition needs 1..={MAX_DESTINATIONS} destinations, got {num_destinations}"
             )));
         }
-        let schema = Arc::new(Schema::new(vec![Field::new(LABEL_COLUMN, DataType::UInt16, true)]));
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            LABEL_COLUMN,
+            DataType::UInt16,
+            true,
+        )]));
         let path = row_map_path(map_id)?;
         let writer = LanceFileWriter::create(store, &path, schema.clone()).await?;
         Ok(Self {
@@ -89,8 +97,11 @@ impl RowMapWriter {
 
     /// Writes the counts matrix and closes the file.
     pub async fn finish(mut self) -> Result<WrittenRowMap> {
-        let counts = CountsMatrix::from_histograms(self.rows, self.num_destinations, &self.histograms)?;
-        let buffer = self.writer.add_global_buffer(Bytes::from(counts.encode()))?;
+        let counts =
+            CountsMatrix::from_histograms(self.rows, self.num_destinations, &self.histograms)?;
+        let buffer = self
+            .writer
+            .add_global_buffer(Bytes::from(counts.encode()))?;
         self.writer
             .add_schema_metadata(COUNTS_BUFFER_KEY, &buffer.to_string());
         let summary = self.writer.finish().await?;

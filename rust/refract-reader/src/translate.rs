@@ -1,0 +1,218 @@
+//! Translating one segment's stored addresses to current ones, hop by hop.
+//!
+//! Per address: its starting fragment must be one the segment claims (else
+//! another, newer segment holds those rows and the address is dropped). A
+//! live fragment ends the walk; otherwise the fragment's consumer transition
+//! moves the address on, and a deleted row (or a fragment that nobody
+//! consumed and is not live) ends as `None`. After *every* hop a path that
+//! enters a claimed fragment is dropped: its claimant returns those rows
+//! itself, and branches of the lineage can reconverge there. Finally only
+//! addresses inside the segment's coverage are kept, so a row is never
+//! returned by two segments, nor by a segment and the scan of an uncovered
+//! fragment.
+//!
+//! Transitions are visited in lineage order, each once per batch with all the
+//! addresses waiting for it (at most [`MAX_TRANSLATION_BATCH`]). Input order
+//! and duplicates are preserved.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use refract_core::{BatchTranslator, Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
+use roaring::RoaringBitmap;
+
+use crate::history::FriHistory;
+use crate::mapping::MappingBinder;
+
+/// What a segment's translator checks besides the lineage.
+#[derive(Debug, Clone)]
+pub struct SegmentScope {
+    /// Live fragments of the snapshot.
+    pub live: Arc<RoaringBitmap>,
+    /// Fragments claimed by any segment of the index.
+    pub claimed: Arc<RoaringBitmap>,
+    /// Fragments this segment claims.
+    pub owned: RoaringBitmap,
+    /// Live fragments this segment serves.
+    pub coverage: RoaringBitmap,
+    /// Stored fragments of the segment.
+    pub stored: RoaringBitmap,
+}
+
+/// The translator of one segment over a version-1 history.
+pub struct SegmentTranslator {
+    history: Arc<FriHistory>,
+    binder: MappingBinder,
+    scope: SegmentScope,
+}
+
+impl SegmentTranslator {
+    /// A translator for a segment with `scope`.
+    pub fn new(history: Arc<FriHistory>, binder: MappingBinder, scope: SegmentScope) -> Self {
+        Self {
+            history,
+            binder,
+            scope,
+        }
+    }
+
+    /// Where an address starts: `Err` for an address the segment cannot hold.
+    fn start(&self, address: u64) -> Result<Step> {
+        let fragment = RowAddress(address).fragment_id();
+        if !self.scope.stored.contains(fragment) {
+            return Err(self.outside_coverage(address));
+        }
+        if !self.scope.owned.contains(fragment) {
+            return Ok(Step::Done(None));
+        }
+        Ok(self.settle(address))
+    }
+
+    /// After arriving at `address`: done (live or dead) or wait for the
+    /// fragment's consumer.
+    fn settle(&self, address: u64) -> Step {
+        let fragment = RowAddress(address).fragment_id();
+        if self.scope.live.contains(fragment) {
+            let served = self.scope.coverage.contains(fragment);
+            return Step::Done(served.then_some(address));
+        }
+        match self.history.consumer_of(u64::from(fragment)) {
+            Some(transition) => Step::Wait(transition),
+            None => Step::Done(None),
+        }
+    }
+
+    fn outside_coverage(&self, address: u64) -> Error {
+        if self.history.has_unsupported_transitions() {
+            Error::not_supported(format!(
+                "row address {} lies outside the segment's recorded coverage and the FRI history \
+                 holds transitions this client cannot read; upgrade to a newer version of Refract",
+                RowAddress(address)
+            ))
+        } else {
+            Error::corrupt(
+                "index segment",
+                format!(
+                    "row address {} lies outside the segment's recorded fragment coverage",
+                    RowAddress(address)
+                ),
+            )
+        }
+    }
+}
+
+/// Where an address is in its walk.
+enum Step {
+    Done(Option<u64>),
+    Wait(usize),
+}
+
+#[async_trait::async_trait]
+impl BatchTranslator for SegmentTranslator {
+    async fn translate_batch(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        if batch.len() > MAX_TRANSLATION_BATCH {
+            return Err(Error::invalid_input(format!(
+                "translation batch of {} addresses exceeds the maximum of {MAX_TRANSLATION_BATCH}",
+                batch.len()
+            )));
+        }
+        out.clear();
+        out.resize(batch.len(), None);
+        // Positions waiting per transition, visited in lineage order: a hop
+        // always leads to a later transition, so one pass suffices.
+        let mut waiting: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        let mut current: Vec<u64> = batch.to_vec();
+        for (slot, &address) in batch.iter().enumerate() {
+            match self.start(address)? {
+                // `slot` enumerates `batch`; `out` has its length.
+                Step::Done(result) => out[slot] = result,
+                Step::Wait(t) => waiting.entry(t).or_default().push(slot),
+            }
+        }
+        let mut addresses = Vec::new();
+        let mut results = Vec::new();
+        while let Some((transition, slots)) = waiting.pop_first() {
+            let node = self.history.node(transition).ok_or_else(|| {
+                Error::corrupt("FRI ledger", format!("transition {transition} is missing"))
+            })?;
+            let reader = self.binder.bind(node).await?;
+            addresses.clear();
+            // Slots index `current`, which has the batch's length.
+            addresses.extend(slots.iter().map(|slot| current[*slot]));
+            reader.translate(&addresses, &mut results).await?;
+            if results.len() != addresses.len() {
+                return Err(Error::corrupt(
+                    "FRI mapping",
+                    "mapping reader changed the translation batch length",
+                ));
+            }
+            for (slot, result) in slots.iter().zip(&results) {
+                let Some(next) = *result else {
+                    continue; // deleted at this transition; out[slot] stays None
+                };
+                if self.scope.claimed.contains(RowAddress(next).fragment_id()) {
+                    continue; // a sibling (or this segment) holds these rows directly
+                }
+                match self.settle(next) {
+                    Step::Done(result) => out[*slot] = result,
+                    Step::Wait(t) if t > transition => {
+                        current[*slot] = next;
+                        waiting.entry(t).or_default().push(*slot);
+                    }
+                    Step::Wait(_) => {
+                        return Err(Error::corrupt(
+                            "FRI ledger",
+                            "a translated address went back in lineage order",
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The translator of one segment over a version-0 history: the legacy chain,
+/// then the coverage check (a chained address that lands in a fragment the
+/// segment does not serve is dropped; that fragment's server or the scan
+/// returns it).
+pub struct LegacyTranslator {
+    history: Arc<FriHistory>,
+    scope: SegmentScope,
+}
+
+impl LegacyTranslator {
+    /// A legacy translator for a segment with `scope`.
+    pub fn new(history: Arc<FriHistory>, scope: SegmentScope) -> Self {
+        Self { history, scope }
+    }
+}
+
+#[async_trait::async_trait]
+impl BatchTranslator for LegacyTranslator {
+    async fn translate_batch(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        if batch.len() > MAX_TRANSLATION_BATCH {
+            return Err(Error::invalid_input(format!(
+                "translation batch of {} addresses exceeds the maximum of {MAX_TRANSLATION_BATCH}",
+                batch.len()
+            )));
+        }
+        let Some(legacy) = self.history.legacy() else {
+            return Err(Error::invalid_input("not a version-0 FRI history"));
+        };
+        let mut states = Vec::with_capacity(batch.len());
+        legacy.chain.get_batch(batch, &mut states);
+        out.clear();
+        for (address, state) in batch.iter().zip(states) {
+            let result = match state {
+                None => Some(*address),
+                Some(moved) => moved,
+            };
+            out.push(result.filter(|a| {
+                let f = RowAddress(*a).fragment_id();
+                self.scope.live.contains(f) && self.scope.coverage.contains(f)
+            }));
+        }
+        Ok(())
+    }
+}
