@@ -78,12 +78,15 @@ pub struct TaskSplits<'a> {
 impl<'a> TaskSplits<'a> {
     /// Splits `bin` (a range of `fragments`) into tasks for `target` rows.
     pub fn new(fragments: &'a [FragmentStats], bin: Range<usize>, target: u64) -> Self {
-        let bin_rows = fragments[bin.clone()].iter().map(|f| f.live_rows).sum();
+        // Clamp so a range outside the list yields nothing instead of panicking.
+        let end = bin.end.min(fragments.len());
+        let start = bin.start.min(end);
+        let bin_rows = fragments[start..end].iter().map(|f| f.live_rows).sum();
         let target = target.max(1);
         Self {
             fragments,
-            end: bin.end,
-            next: bin.start,
+            end,
+            next: start,
             rows_before: 0,
             bin_rows,
             bin_balance: Balance::for_task(bin_rows, 0, target, None),
@@ -126,8 +129,11 @@ impl TaskSplits<'_> {
 /// May `[a, total)` be cut at `b` without losing an output or leaving a side
 /// below target?
 pub fn lossless_cut(a: u64, b: u64, total: u64, target: u64) -> bool {
-    let (left, right) = (b - a, total - b);
-    left >= target && right >= target && left / target + right / target == (total - a) / target
+    let (Some(left), Some(right)) = (b.checked_sub(a), total.checked_sub(b)) else {
+        return false;
+    };
+    let target = target.max(1);
+    left >= target && right >= target && left / target + right / target == (left + right) / target
 }
 
 #[cfg(test)]

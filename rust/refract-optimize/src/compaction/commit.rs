@@ -5,13 +5,16 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use refract_core::{Error, Result};
-use refract_table::dataset::{CommitHook, Dataset};
+use refract_table::dataset::Dataset;
 use refract_table::transaction::{Operation, RewriteGroup, Transaction};
+use refract_table::CommitHook;
 use serde::{Deserialize, Serialize};
 
 use super::execute::RewriteResult;
+use super::inline_remap::InlineRemapHook;
 use super::plan::{plan_compaction, CompactionPlan};
 use super::CompactionOptions;
+use refract_index::registry::IndexRegistry;
 
 /// What a compaction run changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,7 +83,7 @@ pub async fn commit_compaction(
             removed_index_uuids: Vec::new(),
         },
     );
-    let hook = index_hook(options);
+    let hook = index_hook(options, &results)?;
     let committed = latest
         .commit_transaction(transaction, hook.as_deref())
         .await?;
@@ -105,10 +108,17 @@ fn count_files(latest: &Dataset, result: &RewriteResult, fallback: &Dataset) -> 
         .sum()
 }
 
-/// The commit hook that keeps indices correct: inline remap, or (deferred) a
-/// ledger transition. Wired by the index and FRI layers.
-fn index_hook(_options: &CompactionOptions) -> Option<Box<dyn CommitHook>> {
-    None
+/// The commit hook that keeps indices correct: inline remap of every affected
+/// segment, or (deferred) a ledger transition.
+fn index_hook(
+    options: &CompactionOptions,
+    results: &[RewriteResult],
+) -> Result<Option<Box<dyn CommitHook>>> {
+    if options.defer_index_remap {
+        return Ok(None);
+    }
+    let registry = Arc::new(IndexRegistry::with_builtins());
+    Ok(Some(Box::new(InlineRemapHook::new(results, registry)?)))
 }
 
 /// Two results may not rewrite the same fragment.

@@ -16,7 +16,11 @@ pub mod balance;
 pub mod bins;
 pub mod budget;
 pub mod candidates;
+pub mod commit;
+pub mod execute;
+pub mod inline_remap;
 pub mod options;
+pub mod plan;
 pub mod planner;
 pub mod simulate;
 
@@ -24,6 +28,12 @@ pub mod simulate;
 mod planner_tests;
 
 pub use candidates::{Candidacy, FragmentStats};
+pub use commit::{
+    commit_compaction, compact_files, execute_plan, CompactionMetrics, CompactionProgress,
+    ProgressCallback,
+};
+pub use execute::{RewriteResult, WrittenFile};
 pub use options::CompactionOptions;
+pub use plan::{plan_compaction, plan_from_json, CompactionPlan, CompactionTask};
 pub use planner::{plan_tasks, TaskPlan};
 pub use simulate::{execute_until_noop, simulate_run, Convergence};

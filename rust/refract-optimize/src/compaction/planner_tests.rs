@@ -307,6 +307,19 @@ fn lance_f7_deletions(#[case] threshold: f64, #[case] materialize: bool, #[case]
 }
 
 #[test]
+fn lance_f6_two_large_fragments_become_one() {
+    let plan = plan_tasks(&layout(&[5000, 5000]), &CompactionOptions::default()).unwrap();
+    assert_eq!(
+        plan,
+        vec![TaskPlan {
+            fragment_ids: vec![0, 1],
+            output_rows: vec![10_000],
+            partial: false
+        }]
+    );
+}
+
+#[test]
 fn lance_f8_distributed_nine_by_1000_gives_three_tasks() {
     let plan = plan_tasks(&layout(&[1000; 9]), &options(3000)).unwrap();
     assert_eq!(
@@ -772,13 +785,15 @@ fn plans_300k_fragments() {
             )
         })
         .collect();
-    let o = with(1_048_576, |o| o.max_source_fragments = Some(100_000));
-    let begin = std::time::Instant::now();
-    let plan = plan_tasks(&start, &o).unwrap();
-    eprintln!(
-        "planned {} tasks over 300k fragments in {:?}",
-        plan.len(),
-        begin.elapsed()
-    );
-    assert!(!plan.is_empty());
+    for budget in [Some(100_000), None] {
+        let o = with(1_048_576, |o| o.max_source_fragments = budget);
+        let begin = std::time::Instant::now();
+        let plan = plan_tasks(&start, &o).unwrap();
+        eprintln!(
+            "budget {budget:?}: {} tasks over 300k fragments in {:?}",
+            plan.len(),
+            begin.elapsed()
+        );
+        assert!(!plan.is_empty());
+    }
 }

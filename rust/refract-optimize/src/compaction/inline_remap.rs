@@ -1,0 +1,142 @@
+//! Inline index remap: without `defer_index_remap`, the Rewrite commit carries
+//! every affected index segment rewritten through the compaction's compact
+//! `RowAddrRemap` (streaming, bounded memory).
+//!
+//! The remap can only be built once the commit has assigned the new fragments'
+//! ids, so it runs as a [`CommitHook`] on every commit attempt.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use refract_core::{
+    Error, FragmentRows, MaterializeBudget, Result, RewriteGroupInput, RowAddrRemap,
+};
+use refract_index::registry::IndexRegistry;
+use refract_index::remap::{apply_index_rewrite, remap_indices_for_rewrite, RewrittenGroup};
+use refract_table::dataset::Dataset;
+use refract_table::format::Manifest;
+use refract_table::CommitHook;
+use roaring::RoaringTreemap;
+
+use super::execute::RewriteResult;
+
+/// What one rewrite group needs for the remap, captured from its task result.
+#[derive(Debug, Clone)]
+struct GroupCapture {
+    old: Vec<FragmentRows>,
+    surviving: RoaringTreemap,
+}
+
+/// Rewrites affected index segments inside the Rewrite commit.
+pub struct InlineRemapHook {
+    groups: Vec<GroupCapture>,
+    registry: Arc<IndexRegistry>,
+    budget: MaterializeBudget,
+}
+
+impl InlineRemapHook {
+    /// A hook for `results`, in the order they are committed as groups.
+    pub fn new(results: &[RewriteResult], registry: Arc<IndexRegistry>) -> Result<Self> {
+        let groups = results
+            .iter()
+            .map(|result| {
+                if result.old_fragment_ids.len() != result.old_physical_rows.len() {
+                    return Err(Error::invalid_input(
+                        "rewrite result lists physical rows for a different number of fragments",
+                    ));
+                }
+                Ok(GroupCapture {
+                    old: result
+                        .old_fragment_ids
+                        .iter()
+                        .zip(&result.old_physical_rows)
+                        .map(|(id, rows)| FragmentRows {
+                            id: *id,
+                            physical_rows: *rows,
+                        })
+                        .collect(),
+                    surviving: result.surviving()?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            groups,
+            registry,
+            budget: MaterializeBudget::default(),
+        })
+    }
+
+    fn remap(&self, candidate: &Manifest, assigned: &[Vec<u64>]) -> Result<RowAddrRemap> {
+        if assigned.len() != self.groups.len() {
+            return Err(Error::invalid_input(
+                "commit assigned ids for a different number of rewrite groups",
+            ));
+        }
+        let inputs = self
+            .groups
+            .iter()
+            .zip(assigned)
+            .map(|(group, new_ids)| {
+                let new_fragments = new_ids
+                    .iter()
+                    .map(|id| {
+                        let fragment = candidate.fragment(*id).ok_or_else(|| {
+                            Error::invalid_input(format!(
+                                "new fragment {id} is not in the candidate"
+                            ))
+                        })?;
+                        Ok(FragmentRows {
+                            id: *id,
+                            physical_rows: fragment.physical_rows,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(RewriteGroupInput {
+                    old_fragments: group.old.clone(),
+                    new_fragments,
+                    surviving: group.surviving.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        RowAddrRemap::compact(inputs)
+    }
+}
+
+#[async_trait]
+impl CommitHook for InlineRemapHook {
+    async fn before_publish(
+        &self,
+        dataset: &Dataset,
+        candidate: &mut Manifest,
+        assigned: &[Vec<u64>],
+    ) -> Result<()> {
+        let touches_index = candidate
+            .indices
+            .iter()
+            .any(|index| !index.is_system() && index.fragment_bitmap.is_some());
+        if !touches_index {
+            return Ok(());
+        }
+        let remap = self.remap(candidate, assigned)?;
+        let groups: Vec<RewrittenGroup> = self
+            .groups
+            .iter()
+            .zip(assigned)
+            .map(|(group, new_ids)| RewrittenGroup {
+                old_fragment_ids: group.old.iter().map(|f| f.id).collect(),
+                new_fragment_ids: new_ids.clone(),
+            })
+            .collect();
+        let rewrite = remap_indices_for_rewrite(
+            dataset,
+            candidate,
+            &remap,
+            &groups,
+            &self.registry,
+            self.budget,
+        )
+        .await?;
+        apply_index_rewrite(candidate, &rewrite);
+        Ok(())
+    }
+}
