@@ -90,12 +90,21 @@ mod tests {
     }
 
     #[test]
-    fn truncation_is_corrupt() {
-        let posting: RoaringTreemap = [1u64, 5 << 32, (5 << 32) + 9].into_iter().collect();
+    fn truncation_inside_a_part_is_corrupt() {
+        let posting: RoaringTreemap = [5u64 << 32, (5 << 32) + 9].into_iter().collect();
         let bytes = encode(&posting);
         for cut in 1..bytes.len() {
             let err = decode(&bytes[..cut], "test").unwrap_err();
             assert!(matches!(err, Error::Corrupt { .. }), "cut {cut}: {err}");
         }
+    }
+
+    #[test]
+    fn parts_out_of_order_are_corrupt() {
+        let high: RoaringTreemap = [7u64 << 32].into_iter().collect();
+        let low: RoaringTreemap = [1u64].into_iter().collect();
+        let mut bytes = encode(&high);
+        bytes.extend(encode(&low));
+        assert!(matches!(decode(&bytes, "test"), Err(Error::Corrupt { .. })));
     }
 }

@@ -567,8 +567,7 @@ async fn corrupt_index_is_an_error_not_a_panic(#[case] damage: Damage) {
                 refract_table::predicate::Literal::Int(7),
             ))
             .await
-            .err()
-            .expect("a damaged segment must not answer"),
+            .expect_err("a damaged segment must not answer"),
     };
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
