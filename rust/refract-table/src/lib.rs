@@ -7,12 +7,14 @@
 //! the `Session` that shares caches between dataset handles.
 //! The on-disk layout is described in `docs/format.md`.
 
+pub mod cleanup;
 pub mod commit;
 pub mod dataset;
 pub mod format;
 pub mod io;
 pub mod predicate;
 pub mod session;
+pub mod testing;
 pub mod transaction;
 
 pub use commit::CommitHook;

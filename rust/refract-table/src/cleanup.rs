@@ -1,0 +1,114 @@
+//! Deleting orphaned files: data, deletion and index files that no committed
+//! version references, left behind by failed or abandoned writes.
+//!
+//! Safety rests on three rules. Only files older than `older_than` are
+//! candidates (younger ones may belong to a commit still in flight). The
+//! candidate list comes from [`Dataset::list_orphan_files`], which reads every
+//! committed manifest and fails rather than guesses when one is unreadable.
+//! Right before deleting, the versions are listed again and, if any version
+//! was committed meanwhile, the orphan listing is recomputed and only files
+//! orphaned in both listings are deleted, so a commit that raced the cleanup
+//! never loses a file it references.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::Duration;
+
+use refract_core::Result;
+
+use crate::dataset::{list_versions, Dataset};
+use crate::io::paths::{DATA_DIR, DELETIONS_DIR, INDICES_DIR};
+use crate::io::{index_dir, RelativePath};
+
+/// What [`cleanup_orphans`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanupReport {
+    /// Orphaned files deleted, sorted by path.
+    pub deleted: Vec<RelativePath>,
+    /// Files under the scanned directories that a committed version references
+    /// (and so were kept).
+    pub kept_referenced: u64,
+}
+
+/// Deletes the files under `data/`, `_deletions/` and `_indices/` that no
+/// committed version of `dataset` references and that are older than
+/// `older_than`. A file a live version references is never deleted; an
+/// unreadable manifest aborts the cleanup before anything is deleted.
+///
+/// A commit that takes longer than `older_than` between writing its files and
+/// publishing its manifest can lose its files: choose `older_than` well above
+/// the longest write (hours, not seconds, in production).
+pub async fn cleanup_orphans(dataset: &Dataset, older_than: Duration) -> Result<CleanupReport> {
+    let store = dataset.store();
+    let versions_before = list_versions(store).await?;
+    let mut orphans: BTreeSet<RelativePath> = dataset
+        .list_orphan_files(older_than)
+        .await?
+        .into_iter()
+        .collect();
+    let referenced = referenced_paths(dataset, &versions_before).await?;
+    let versions_after = list_versions(store).await?;
+    if versions_after != versions_before {
+        // A commit landed meanwhile: keep only files orphaned in both listings.
+        let again: BTreeSet<RelativePath> = dataset
+            .list_orphan_files(older_than)
+            .await?
+            .into_iter()
+            .collect();
+        orphans = orphans.intersection(&again).cloned().collect();
+    }
+    // Defence in depth: never delete what our own reading of the manifests references.
+    orphans.retain(|path| !is_referenced(&referenced, path));
+    let kept_referenced = count_referenced_files(dataset, &referenced).await?;
+    let mut deleted = Vec::with_capacity(orphans.len());
+    for path in orphans {
+        store.delete(&path).await?;
+        deleted.push(path);
+    }
+    Ok(CleanupReport {
+        deleted,
+        kept_referenced,
+    })
+}
+
+/// Files, and index directories (with a trailing `/`), that `versions` reference.
+async fn referenced_paths(dataset: &Dataset, versions: &[u64]) -> Result<HashSet<String>> {
+    let mut referenced = HashSet::new();
+    for version in versions {
+        let manifest = dataset.load_manifest(*version).await?;
+        for fragment in &manifest.fragments {
+            referenced.extend(fragment.files.iter().map(|f| f.path.as_str().to_string()));
+            if let Some(deletion) = &fragment.deletion_file {
+                referenced.insert(deletion.path.as_str().to_string());
+            }
+        }
+        for index in &manifest.indices {
+            referenced.insert(index_dir(&index.uuid).as_str().to_string());
+        }
+    }
+    Ok(referenced)
+}
+
+/// True when `path` is referenced directly or lies in a referenced index directory.
+fn is_referenced(referenced: &HashSet<String>, path: &RelativePath) -> bool {
+    if referenced.contains(path.as_str()) {
+        return true;
+    }
+    let mut segments = path.as_str().splitn(3, '/');
+    match (segments.next(), segments.next()) {
+        (Some(INDICES_DIR), Some(uuid)) => referenced.contains(&format!("{INDICES_DIR}/{uuid}/")),
+        _ => false,
+    }
+}
+
+/// Files under the scanned directories that `referenced` covers.
+async fn count_referenced_files(dataset: &Dataset, referenced: &HashSet<String>) -> Result<u64> {
+    let mut count = 0u64;
+    for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR] {
+        for object in dataset.store().list(&RelativePath::parse(dir)?).await? {
+            if is_referenced(referenced, &object.path) {
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
+}

@@ -1,0 +1,408 @@
+//! Test support shared by the tests of every crate: a fault-injection rig around
+//! an in-memory dataset, exact row snapshots, and the *fault matrix* driver that
+//! runs one operation once per (call kind, call index, fault mode) and checks
+//! that nothing is lost, duplicated, resurrected or reordered.
+//!
+//! Nothing here is used by the engine itself; it lives in the library (not under
+//! `tests/`) so that refract-optimize, refract-index and refract-cli tests can
+//! drive their own operations through the same checks.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use futures::future::BoxFuture;
+use futures::TryStreamExt;
+use object_store::memory::InMemory;
+use object_store::ObjectStore;
+use refract_core::{Error, Result};
+
+use crate::cleanup::cleanup_orphans;
+use crate::dataset::{Dataset, OpenOptions};
+use crate::io::{is_injected_fault, CallKind, DatasetStore, FaultInjectingStore, FaultMode};
+use crate::session::Session;
+
+/// A two-column schema (`id` Int64 not null, `name` Utf8 nullable) for tests.
+pub fn sample_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]))
+}
+
+/// Rows `start..start + n` of [`sample_schema`]: `name` is `"r<id>"`, null when `id % 5 == 0`.
+pub fn sample_rows(start: i64, n: usize) -> RecordBatch {
+    let ids: Vec<i64> = (start..start + n as i64).collect();
+    let names: StringArray = ids
+        .iter()
+        .map(|id| (id % 5 != 0).then(|| format!("r{id}")))
+        .collect();
+    let columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(ids)), Arc::new(names)];
+    // Invariant: both columns have n rows and match sample_schema's types.
+    RecordBatch::try_new(sample_schema(), columns).expect("sample rows match the sample schema")
+}
+
+/// Every live row of `dataset` in scan order, as one batch (all columns).
+pub async fn snapshot(dataset: &Dataset) -> Result<RecordBatch> {
+    let schema = dataset.schema();
+    let batches: Vec<RecordBatch> = dataset
+        .scan()
+        .try_into_stream()
+        .await?
+        .try_collect()
+        .await?;
+    arrow_select::concat::concat_batches(&schema, &batches)
+        .map_err(|e| Error::external("concatenating a snapshot", e))
+}
+
+/// One in-memory dataset root seen through a [`FaultInjectingStore`].
+#[derive(Clone)]
+pub struct FaultRig {
+    /// The fault injector every faulty handle goes through.
+    pub fault: Arc<FaultInjectingStore>,
+    uri: String,
+}
+
+impl std::fmt::Debug for FaultRig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultRig").field("uri", &self.uri).finish()
+    }
+}
+
+impl Default for FaultRig {
+    fn default() -> Self {
+        Self::memory()
+    }
+}
+
+impl FaultRig {
+    /// A fresh, empty in-memory root with no faults armed.
+    pub fn memory() -> FaultRig {
+        Self::over(Arc::new(InMemory::new()))
+    }
+
+    /// A rig over any store (e.g. a local directory), rooted at the dataset root.
+    pub fn over(inner: Arc<dyn ObjectStore>) -> FaultRig {
+        FaultRig {
+            fault: Arc::new(FaultInjectingStore::new(inner)),
+            uri: format!("fault-rig://{}", uuid::Uuid::new_v4()),
+        }
+    }
+
+    /// The URI handles of this rig are opened with (also their cache-key root).
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// A store whose every request passes through the fault injector.
+    pub fn faulty_store(&self) -> DatasetStore {
+        let store: Arc<dyn ObjectStore> = self.fault.clone();
+        DatasetStore::from_object_store(store, &self.uri)
+    }
+
+    /// A store that bypasses the fault injector (for setup and verification).
+    pub fn clean_store(&self) -> DatasetStore {
+        DatasetStore::from_object_store(self.fault.inner().clone(), &self.uri)
+    }
+
+    /// Options opening through the faulty store with a fresh session.
+    pub fn faulty_options(&self) -> OpenOptions {
+        OpenOptions {
+            store: Some(self.faulty_store()),
+            session: Some(Session::shared()),
+            ..OpenOptions::default()
+        }
+    }
+
+    /// Options opening through the clean store with a fresh session (so no
+    /// cached manifest or deletion vector can hide what is on storage).
+    pub fn clean_options(&self) -> OpenOptions {
+        OpenOptions {
+            store: Some(self.clean_store()),
+            session: Some(Session::shared()),
+            ..OpenOptions::default()
+        }
+    }
+
+    /// Creates an empty [`sample_schema`] dataset (no faults involved).
+    pub async fn create_sample(&self) -> Result<Dataset> {
+        Dataset::create(&self.uri, sample_schema(), self.clean_options()).await
+    }
+
+    /// The latest version as stored, read without faults and without caches.
+    pub async fn open_clean(&self) -> Result<Dataset> {
+        Dataset::open_with(&self.uri, self.clean_options()).await
+    }
+
+    /// A handle through the faulty store on the latest version; the call
+    /// counters are zeroed after opening, so fault indices count the operation only.
+    pub async fn open_faulty(&self) -> Result<Dataset> {
+        let dataset = Dataset::open_with(&self.uri, self.faulty_options()).await?;
+        self.fault.reset();
+        Ok(dataset)
+    }
+
+    /// Scans every committed version (clean, uncached); returns how many rows were read.
+    pub async fn check_every_version_readable(&self) -> Result<u64> {
+        let latest = self.open_clean().await?;
+        let mut rows = 0u64;
+        for info in latest.versions().await? {
+            let dataset = Dataset::open_with(
+                &self.uri,
+                OpenOptions {
+                    version: Some(info.version),
+                    ..self.clean_options()
+                },
+            )
+            .await?;
+            rows += snapshot(&dataset).await?.num_rows() as u64;
+        }
+        Ok(rows)
+    }
+}
+
+/// One injected fault: the `index`-th call of `kind` fails in `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FaultPoint {
+    /// The kind of call.
+    pub kind: CallKind,
+    /// Its 0-based index among the operation's calls of that kind.
+    pub index: u64,
+    /// Clean or ambiguous.
+    pub mode: FaultMode,
+}
+
+/// Brings a fresh rig to the state before the operation (runs without faults).
+pub type SetupFn = Arc<dyn Fn(FaultRig) -> BoxFuture<'static, Result<()>> + Send + Sync>;
+/// The operation under test, given a handle on the latest version; returns the new version.
+pub type OperationFn = Arc<dyn Fn(Dataset) -> BoxFuture<'static, Result<Dataset>> + Send + Sync>;
+
+/// Figures of one fault matrix run (for docs/reliability.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FaultMatrixReport {
+    /// The operation's name.
+    pub operation: String,
+    /// Calls the fault-free operation made, per kind (the indices looped over).
+    pub calls: BTreeMap<CallKind, u64>,
+    /// Fault runs made (one per call index and mode).
+    pub runs: u64,
+    /// Runs in which the armed fault actually fired.
+    pub faults_fired: u64,
+    /// Runs in which the operation returned an error.
+    pub failed: u64,
+    /// Runs in which the operation still succeeded (e.g. a detected ambiguous
+    /// commit, or a read retried by the Lance reader).
+    pub succeeded: u64,
+    /// Orphaned files removed by `cleanup_orphans` across all runs.
+    pub orphans_cleaned: u64,
+    /// Rows compared against the expected before/after states.
+    pub rows_checked: u64,
+}
+
+impl std::fmt::Display for FaultMatrixReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let calls: Vec<String> = self
+            .calls
+            .iter()
+            .map(|(kind, n)| format!("{kind:?}={n}"))
+            .collect();
+        write!(
+            f,
+            "fault matrix {}: calls [{}], runs {}, fired {}, failed {}, succeeded {}, orphans cleaned {}, rows checked {}",
+            self.operation,
+            calls.join(" "),
+            self.runs,
+            self.faults_fired,
+            self.failed,
+            self.succeeded,
+            self.orphans_cleaned,
+            self.rows_checked
+        )
+    }
+}
+
+/// Which call indices a matrix covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coverage {
+    /// Every call index of every kind, both modes.
+    Full,
+    /// At most this many indices per kind (spread evenly, always including the
+    /// first and the last call), both modes.
+    Sampled(u64),
+}
+
+impl Coverage {
+    /// `Full` when `REFRACT_FAULT_FULL=1`, otherwise `Sampled(default_per_kind)`.
+    pub fn from_env(default_per_kind: u64) -> Coverage {
+        match std::env::var("REFRACT_FAULT_FULL").as_deref() {
+            Ok("1") => Coverage::Full,
+            _ => Coverage::Sampled(default_per_kind),
+        }
+    }
+
+    fn indices(self, calls: u64) -> Vec<u64> {
+        match self {
+            Coverage::Full => (0..calls).collect(),
+            Coverage::Sampled(limit) if calls <= limit || limit < 2 => {
+                (0..calls.min(limit.max(1))).collect()
+            }
+            Coverage::Sampled(limit) => {
+                let mut picked: Vec<u64> =
+                    (0..limit).map(|i| i * (calls - 1) / (limit - 1)).collect();
+                picked.dedup();
+                picked
+            }
+        }
+    }
+}
+
+/// Runs `operation` once without faults to learn its calls and its result,
+/// then once per fault point, on a fresh copy of the `setup` state each time,
+/// and checks after every run:
+///
+/// 1. the dataset opens at a valid version and every version is readable;
+/// 2. an error leaves exactly the rows before; a success leaves exactly the
+///    rows after (never a mix, never applied twice);
+/// 3. an error is the injected fault (not a misreport such as Corrupt);
+/// 4. `cleanup_orphans(0)` removes only unreferenced files: the rows and every
+///    version stay readable afterwards;
+/// 5. a retry of the operation (no faults) after an error succeeds and leaves
+///    exactly the rows after.
+///
+/// Panics (it is a test driver) with the failing fault point on any violation.
+pub async fn run_fault_matrix(
+    name: &str,
+    setup: SetupFn,
+    operation: OperationFn,
+    coverage: Coverage,
+) -> FaultMatrixReport {
+    let mut report = FaultMatrixReport {
+        operation: name.to_string(),
+        ..FaultMatrixReport::default()
+    };
+    let (before, after, calls) = reference_run(name, &setup, &operation).await;
+    report.calls = calls.clone();
+    for (kind, count) in calls {
+        for index in coverage.indices(count) {
+            for mode in [FaultMode::Clean, FaultMode::Ambiguous] {
+                let point = FaultPoint { kind, index, mode };
+                let outcome = fault_run(&setup, &operation, point, &before, &after).await;
+                report.runs += 1;
+                report.faults_fired += u64::from(outcome.fired);
+                report.failed += u64::from(!outcome.succeeded);
+                report.succeeded += u64::from(outcome.succeeded);
+                report.orphans_cleaned += outcome.orphans_cleaned;
+                report.rows_checked += outcome.rows_checked;
+            }
+        }
+    }
+    report
+}
+
+async fn reference_run(
+    name: &str,
+    setup: &SetupFn,
+    operation: &OperationFn,
+) -> (RecordBatch, RecordBatch, BTreeMap<CallKind, u64>) {
+    let rig = FaultRig::memory();
+    setup(rig.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{name}: setup failed: {e}"));
+    let before = snapshot(&rig.open_clean().await.expect("open before"))
+        .await
+        .expect("snapshot before");
+    let handle = rig.open_faulty().await.expect("open faulty");
+    operation(handle)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: fault-free run failed: {e}"));
+    let calls: BTreeMap<CallKind, u64> = CallKind::ALL
+        .into_iter()
+        .map(|kind| (kind, rig.fault.calls(kind)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let after = snapshot(&rig.open_clean().await.expect("open after"))
+        .await
+        .expect("snapshot after");
+    (before, after, calls)
+}
+
+struct RunOutcome {
+    fired: bool,
+    succeeded: bool,
+    orphans_cleaned: u64,
+    rows_checked: u64,
+}
+
+async fn fault_run(
+    setup: &SetupFn,
+    operation: &OperationFn,
+    point: FaultPoint,
+    before: &RecordBatch,
+    after: &RecordBatch,
+) -> RunOutcome {
+    let rig = FaultRig::memory();
+    setup(rig.clone()).await.expect("setup");
+    let handle = rig.open_faulty().await.expect("open faulty");
+    rig.fault.fail_nth(point.kind, point.index, point.mode);
+    let result = operation(handle).await;
+    let fired = !rig.fault.fired().is_empty();
+    rig.fault.reset();
+
+    let mut rows_checked = 0u64;
+    let state =
+        snapshot(&rig.open_clean().await.unwrap_or_else(|e| {
+            panic!("{point:?}: the dataset does not open after the fault: {e}")
+        }))
+        .await
+        .unwrap_or_else(|e| panic!("{point:?}: the latest version is unreadable: {e}"));
+    let succeeded = result.is_ok();
+    match &result {
+        Ok(_) => assert!(
+            state == *after,
+            "{point:?}: the operation succeeded but the rows are not the after state"
+        ),
+        Err(err) => {
+            assert!(
+                state == *before,
+                "{point:?}: the operation failed ({err}) but the rows changed"
+            );
+            assert!(
+                is_injected_fault(err as &(dyn std::error::Error + 'static)),
+                "{point:?}: the error does not carry the injected fault: {err:?}"
+            );
+        }
+    }
+    rows_checked += state.num_rows() as u64;
+
+    let latest = rig.open_clean().await.expect("open for cleanup");
+    let cleaned = cleanup_orphans(&latest, Duration::ZERO)
+        .await
+        .unwrap_or_else(|e| panic!("{point:?}: cleanup failed: {e}"));
+    rows_checked += rig
+        .check_every_version_readable()
+        .await
+        .unwrap_or_else(|e| panic!("{point:?}: a version is unreadable after cleanup: {e}"));
+
+    if !succeeded {
+        let retry = rig.open_faulty().await.expect("open for retry");
+        operation(retry)
+            .await
+            .unwrap_or_else(|e| panic!("{point:?}: the retry failed: {e}"));
+        let state = snapshot(&rig.open_clean().await.expect("open after retry"))
+            .await
+            .expect("snapshot after retry");
+        assert!(
+            state == *after,
+            "{point:?}: after the retry the rows are not the after state"
+        );
+        rows_checked += state.num_rows() as u64;
+    }
+    RunOutcome {
+        fired,
+        succeeded,
+        orphans_cleaned: cleaned.deleted.len() as u64,
+        rows_checked,
+    }
+}
