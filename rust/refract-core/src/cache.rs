@@ -257,10 +257,35 @@ fn clone_error(shared: &Arc<Error>) -> Error {
             fragment_id: *fragment_id,
         },
         Error::StoredFragmentsUnknown => Error::StoredFragmentsUnknown,
-        other => Error::External {
-            context: "shared cache load".to_string(),
-            source: other.to_string().into(),
+        Error::External { context, .. } => Error::External {
+            context: context.clone(),
+            source: Box::new(SharedSource(shared.clone())),
         },
+    }
+}
+
+/// The source of a shared [`Error::External`], kept whole so callers can still
+/// walk the source chain (e.g. to find an object-store error kind).
+#[derive(Debug)]
+struct SharedSource(Arc<Error>);
+
+impl std::fmt::Display for SharedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_ref() {
+            Error::External { source, .. } => source.fmt(f),
+            other => other.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for SharedSource {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self.0.as_ref() {
+            // The original source itself, so it can be downcast (its message is
+            // also shown by Display, as the shared error has no message of its own).
+            Error::External { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
     }
 }
 
