@@ -108,16 +108,9 @@ impl CompactionTask {
         while let Some(batch) = stream.next().await {
             let batch = batch?;
             let (data, addresses) = split_row_addresses(&batch)?;
-            // Addresses arrive ascending (fragments in order, offsets ascending),
-            // so appending keeps the treemap build linear.
-            surviving
-                .append(addresses.values().iter().copied())
-                .map_err(|_| {
-                    Error::corrupt(
-                        "scan",
-                        "row addresses of a compaction read are not ascending",
-                    )
-                })?;
+            // Fragments come in manifest order, which is not id order after
+            // earlier in-place rewrites, so insert rather than append.
+            surviving.extend(addresses.values().iter().copied());
             rows_read += data.num_rows() as u64;
             outputs.write(&data).await?;
         }

@@ -17,6 +17,7 @@ pub(crate) mod build;
 pub mod fri_entry;
 pub mod gate;
 pub mod rebase;
+mod rewrite_rebase;
 
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@
 //! |---------------|--------|-------------------------|-------------------------|---------------------------|---------|
 //! | Append        | ok     | ok                      | ok                      | ok                        | ok      |
 //! | Delete        | ok     | merge (union vectors)   | conflict if overlapping | ok                        | conflict|
-//! | Rewrite       | ok     | [`rebase_rewrite_over_delete`] | conflict if overlapping | conflict if it covers our sources | conflict|
+//! | Rewrite       | ok     | translate (rewrite_rebase) | conflict if overlapping | conflict if it covers our sources | conflict|
 //! | CreateIndex   | ok     | ok                      | conflict if it rewrote covered fragments | conflict if same removed segment | conflict|
 //! | Restore       | conflict on anything committed in between                                                  |||||
 //!
@@ -30,6 +30,8 @@ use crate::dataset::Dataset;
 use crate::format::{Fragment, IndexMetadata, Manifest};
 use crate::io::deletion_file::write_deletion_file;
 use crate::transaction::{Operation, Transaction};
+
+use super::rewrite_rebase::translate_deletes_through_rewrite;
 
 /// What rebasing found.
 pub(crate) enum Rebased {
@@ -81,6 +83,7 @@ pub(crate) async fn rebase(
             )
             .await?
         }
+        Operation::Rewrite { .. } => translate_deletes_through_rewrite(latest, txn).await?,
         other => other.clone(),
     };
     Ok(Rebased::Ready(Transaction {
@@ -114,11 +117,9 @@ fn check_compatible(ours: &Operation, theirs: &Operation, their_version: u64) ->
         }
         (Operation::Delete { .. }, _) => Ok(()),
         (Operation::Rewrite { .. }, Operation::Delete { .. }) => {
-            if overlaps(ours, theirs) {
-                rebase_rewrite_over_delete(ours, theirs, their_version)
-            } else {
-                Ok(())
-            }
+            // Overlapping deletes are translated through the rewrite's remap
+            // (see `rewrite_rebase`), never a conflict.
+            Ok(())
         }
         (Operation::Partition { .. }, Operation::Delete { .. }) => {
             if overlaps(ours, theirs) {
@@ -189,26 +190,6 @@ fn check_compatible(ours: &Operation, theirs: &Operation, their_version: u64) ->
         }
         (Operation::CreateIndex { .. }, _) => Ok(()),
     }
-}
-
-/// A committed Delete touched fragments our Rewrite replaces.
-///
-/// For now this is a retryable conflict (the rewrite is planned again against
-/// the new deletions). The compaction work replaces it with translating the
-/// new deletions through the rewrite's mapping, so neither is lost.
-pub(crate) fn rebase_rewrite_over_delete(
-    ours: &Operation,
-    theirs: &Operation,
-    their_version: u64,
-) -> Result<()> {
-    Err(Error::conflict(
-        format!(
-            "{} conflicts with the {} committed as version {their_version}: rows of the rewritten fragments were deleted concurrently",
-            ours.name(),
-            theirs.name()
-        ),
-        true,
-    ))
 }
 
 fn overlaps(ours: &Operation, theirs: &Operation) -> bool {

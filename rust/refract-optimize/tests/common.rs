@@ -1,0 +1,66 @@
+//! Shared fixtures for the compaction integration tests.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow_array::{Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use refract_table::dataset::{Dataset, OpenOptions, WriteOptions};
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh, uniquely named in-memory dataset URI.
+pub fn memory_uri(name: &str) -> String {
+    format!("memory://{name}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("text", DataType::Utf8, false),
+    ]))
+}
+
+pub fn batch(start: i64, rows: u64) -> RecordBatch {
+    let ids: Vec<i64> = (start..start + rows as i64).collect();
+    let texts: Vec<String> = ids.iter().map(|id| format!("row {id}")).collect();
+    RecordBatch::try_new(
+        schema(),
+        vec![Arc::new(Int64Array::from(ids)), Arc::new(StringArray::from(texts))],
+    )
+    .unwrap()
+}
+
+/// A dataset whose fragments have exactly `sizes` rows, ids 0.. in order.
+pub async fn dataset_with_fragments(sizes: &[u64]) -> Dataset {
+    let uri = memory_uri("compaction");
+    let mut dataset = Dataset::create(&uri, schema(), OpenOptions::default()).await.unwrap();
+    let mut next = 0i64;
+    for size in sizes {
+        let options = WriteOptions {
+            max_rows_per_file: *size,
+            ..WriteOptions::default()
+        };
+        dataset.append(vec![batch(next, *size)], &options).await.unwrap();
+        next += *size as i64;
+    }
+    dataset
+}
+
+/// All `id` values in scan order.
+pub async fn scan_ids(dataset: &Dataset) -> Vec<i64> {
+    let batch = dataset.scan().project(&["id"]).try_into_batch().await.unwrap();
+    batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap()
+        .values()
+        .to_vec()
+}
+
+/// Physical rows of each fragment, in order.
+pub fn fragment_sizes(dataset: &Dataset) -> Vec<u64> {
+    dataset.fragments().iter().map(|f| f.physical_rows).collect()
+}

@@ -1,0 +1,123 @@
+//! Distributed execution (plan → execute anywhere → commit in any order) and
+//! concurrency: appends and deletes racing a compaction, overlapping rewrites.
+
+mod common;
+
+use common::{batch, dataset_with_fragments, fragment_sizes, scan_ids};
+use refract_core::Error;
+use refract_optimize::compaction::{
+    commit_compaction, plan_compaction, plan_from_json, CompactionOptions, RewriteResult,
+};
+use refract_table::dataset::{Dataset, WriteOptions};
+
+fn options(target: u64) -> CompactionOptions {
+    CompactionOptions {
+        target_rows_per_fragment: target,
+        ..CompactionOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn tasks_committed_last_first_keep_order() {
+    // Three bins separated by big fragments → three tasks.
+    let dataset = dataset_with_fragments(&[10, 10, 500, 10, 10, 500, 10, 10]).await;
+    let expected = scan_ids(&dataset).await;
+    let plan = plan_compaction(&dataset, &options(100)).unwrap();
+    assert_eq!(plan.tasks.len(), 3);
+    // The plan survives a JSON round trip, as it would between machines.
+    let plan = plan_from_json(&serde_json::to_string(&plan).unwrap()).unwrap();
+    let mut results = Vec::new();
+    for task in &plan.tasks {
+        let worker = Dataset::open(dataset.uri()).await.unwrap();
+        let result = task.execute(&worker).await.unwrap();
+        let text = serde_json::to_string(&result).unwrap();
+        results.push(serde_json::from_str::<RewriteResult>(&text).unwrap());
+    }
+    // Commit the last task alone first, then the others in reverse order.
+    let last = results.pop().unwrap();
+    let (after_last, metrics) = commit_compaction(&dataset, vec![last], &plan.options).await.unwrap();
+    assert_eq!(metrics.fragments_removed, 2);
+    assert_eq!(scan_ids(&after_last).await, expected);
+    results.reverse();
+    let (after_all, metrics) = commit_compaction(&after_last, results, &plan.options).await.unwrap();
+    assert_eq!(metrics.fragments_removed, 4);
+    assert_eq!(metrics.fragments_added, 2);
+    assert_eq!(scan_ids(&after_all).await, expected);
+    assert_eq!(fragment_sizes(&after_all), vec![20, 500, 20, 500, 20]);
+    // Ids are fresh: never reused, above every earlier id.
+    let max_before = dataset.manifest().max_fragment_id;
+    let new_ids: Vec<u64> = after_all
+        .fragments()
+        .iter()
+        .filter(|f| f.physical_rows == 20)
+        .map(|f| f.id)
+        .collect();
+    assert!(new_ids.iter().all(|id| *id > max_before), "{new_ids:?}");
+}
+
+#[tokio::test]
+async fn concurrent_append_lands_with_the_compaction() {
+    let dataset = dataset_with_fragments(&[10, 10, 10]).await;
+    let plan = plan_compaction(&dataset, &options(100)).unwrap();
+    let results = vec![plan.tasks[0].execute(&dataset).await.unwrap()];
+    let mut other = Dataset::open(dataset.uri()).await.unwrap();
+    other.append(vec![batch(30, 5)], &WriteOptions::default()).await.unwrap();
+    let (committed, _) = commit_compaction(&dataset, results, &plan.options).await.unwrap();
+    assert_eq!(scan_ids(&committed).await, (0..35).collect::<Vec<i64>>());
+    assert_eq!(fragment_sizes(&committed), vec![30, 5]);
+}
+
+#[tokio::test]
+async fn concurrent_delete_of_rewritten_rows_is_translated_not_lost() {
+    let dataset = dataset_with_fragments(&[10, 10, 10]).await;
+    let plan = plan_compaction(&dataset, &options(100)).unwrap();
+    let results = vec![plan.tasks[0].execute(&dataset).await.unwrap()];
+    let mut other = Dataset::open(dataset.uri()).await.unwrap();
+    other.delete("id = 3 OR id = 17 OR id = 29").await.unwrap();
+    let (committed, _) = commit_compaction(&dataset, results, &plan.options).await.unwrap();
+    let expected: Vec<i64> = (0..30).filter(|id| ![3, 17, 29].contains(id)).collect();
+    assert_eq!(scan_ids(&committed).await, expected);
+    assert_eq!(committed.count_rows(None).await.unwrap(), 27);
+    assert_eq!(committed.fragments().len(), 1);
+    assert_eq!(committed.fragments()[0].num_deleted_rows(), 3);
+}
+
+#[tokio::test]
+async fn concurrent_delete_removing_a_whole_source_fragment_is_translated() {
+    let dataset = dataset_with_fragments(&[10, 10, 10]).await;
+    let plan = plan_compaction(&dataset, &options(100)).unwrap();
+    let results = vec![plan.tasks[0].execute(&dataset).await.unwrap()];
+    let mut other = Dataset::open(dataset.uri()).await.unwrap();
+    other.delete("id >= 10 AND id < 20").await.unwrap();
+    let (committed, _) = commit_compaction(&dataset, results, &plan.options).await.unwrap();
+    let expected: Vec<i64> = (0..30).filter(|id| !(10..20).contains(id)).collect();
+    assert_eq!(scan_ids(&committed).await, expected);
+}
+
+#[tokio::test]
+async fn overlapping_rewrites_second_gets_a_retryable_conflict() {
+    let dataset = dataset_with_fragments(&[10, 10, 10]).await;
+    let plan = plan_compaction(&dataset, &options(100)).unwrap();
+    let first = plan.tasks[0].execute(&dataset).await.unwrap();
+    let second = plan.tasks[0].execute(&dataset).await.unwrap();
+    let (committed, _) = commit_compaction(&dataset, vec![first], &plan.options).await.unwrap();
+    let err = commit_compaction(&dataset, vec![second], &plan.options).await.err().unwrap();
+    assert!(err.is_retryable_conflict(), "{err}");
+    assert!(matches!(err, Error::Conflict { .. }));
+    let latest = committed.checkout_latest().await.unwrap();
+    assert_eq!(latest.version(), committed.version());
+    assert_eq!(scan_ids(&latest).await, (0..30).collect::<Vec<i64>>());
+}
+
+#[tokio::test]
+async fn invalid_options_are_rejected_naming_the_option() {
+    let dataset = dataset_with_fragments(&[10]).await;
+    let bad = CompactionOptions {
+        max_source_fragments: Some(0),
+        ..CompactionOptions::default()
+    };
+    match plan_compaction(&dataset, &bad) {
+        Err(Error::InvalidInput { message }) => assert!(message.contains("max_source_fragments"), "{message}"),
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+}

@@ -1,0 +1,159 @@
+//! Rebasing a Rewrite over Deletes that landed after its read version.
+//!
+//! The peer returns a conflict here, so a busy table can starve compaction. We
+//! translate instead: every surviving old row that is deleted at the latest
+//! version is mapped through the rewrite's own compact remap (built from the
+//! captured surviving addresses) and deleted in the new fragment that holds it.
+//! No delete is lost and no row is resurrected; all other rows are untouched.
+
+use refract_core::{
+    DeletionVector, Error, FragmentRows, Result, RewriteGroupInput, RowAddrRemap, RowAddress,
+};
+use roaring::RoaringTreemap;
+
+use crate::dataset::Dataset;
+use crate::format::Manifest;
+use crate::io::deletion_file::write_deletion_file;
+use crate::transaction::{Operation, RewriteGroup, Transaction};
+
+/// Returns `txn`'s Rewrite adjusted so rows deleted after its read version stay
+/// deleted. Other operations are returned unchanged.
+pub(crate) async fn translate_deletes_through_rewrite(
+    latest: &Dataset,
+    txn: &Transaction,
+) -> Result<Operation> {
+    let Operation::Rewrite {
+        groups,
+        new_indices,
+        removed_index_uuids,
+    } = &txn.operation
+    else {
+        return Ok(txn.operation.clone());
+    };
+    let base = latest.checkout_version(txn.read_version).await?;
+    let mut rebased = Vec::with_capacity(groups.len());
+    for group in groups {
+        rebased.push(rebase_group(latest, base.manifest(), group).await?);
+    }
+    Ok(Operation::Rewrite {
+        groups: rebased,
+        new_indices: new_indices.clone(),
+        removed_index_uuids: removed_index_uuids.clone(),
+    })
+}
+
+/// Rows of `group`'s survivors deleted at `latest`, translated onto its new fragments.
+async fn rebase_group(latest: &Dataset, base: &Manifest, group: &RewriteGroup) -> Result<RewriteGroup> {
+    let changed = group.old_fragment_ids.iter().any(|id| {
+        latest.manifest().fragment(*id).map(|f| &f.deletion_file)
+            != base.fragment(*id).map(|f| &f.deletion_file)
+    });
+    if !changed {
+        return Ok(group.clone());
+    }
+    let Some(bytes) = &group.surviving_old_addresses else {
+        return Err(Error::conflict(
+            "rows of the rewritten fragments were deleted concurrently and the rewrite carries no row capture to translate them",
+            true,
+        ));
+    };
+    let survivors = RoaringTreemap::deserialize_from(bytes.as_slice())
+        .map_err(|e| Error::corrupt("rewrite transaction", format!("surviving addresses: {e}")))?;
+    let gone = newly_deleted(latest, group, &survivors).await?;
+    let kept_old: Vec<u64> = group
+        .old_fragment_ids
+        .iter()
+        .copied()
+        .filter(|id| latest.manifest().fragment(*id).is_some())
+        .collect();
+    if kept_old.is_empty() {
+        return Err(Error::conflict(
+            "every fragment of a rewrite group was deleted concurrently",
+            true,
+        ));
+    }
+    let mut new_fragments = group.new_fragments.clone();
+    if !gone.is_empty() {
+        let remap = ordinal_remap(base, group, survivors)?;
+        let mut vectors = vec![DeletionVector::new(); new_fragments.len()];
+        for address in gone.iter() {
+            let Some(Some(moved)) = remap.get(address) else {
+                return Err(Error::corrupt(
+                    "rewrite transaction",
+                    format!("surviving address {} does not map to a new row", RowAddress::from(address)),
+                ));
+            };
+            let moved = RowAddress::from(moved);
+            // Ordinal ids index `vectors` (built from `new_fragments` just above).
+            vectors[moved.fragment_id() as usize].insert(moved.offset());
+        }
+        for (fragment, vector) in new_fragments.iter_mut().zip(&vectors) {
+            if !vector.is_empty() {
+                fragment.deletion_file = Some(write_deletion_file(latest.store(), fragment.id, vector).await?);
+            }
+        }
+    }
+    Ok(RewriteGroup {
+        old_fragment_ids: kept_old,
+        new_fragments,
+        surviving_old_addresses: group.surviving_old_addresses.clone(),
+    })
+}
+
+/// Survivors that are deleted (or whose fragment is gone) at `latest`.
+async fn newly_deleted(latest: &Dataset, group: &RewriteGroup, survivors: &RoaringTreemap) -> Result<RoaringTreemap> {
+    let mut gone = RoaringTreemap::new();
+    for id in &group.old_fragment_ids {
+        let start = id << 32;
+        let mut in_fragment = survivors.clone();
+        in_fragment &= range_treemap(start, start + (1 << 32));
+        match latest.manifest().fragment(*id) {
+            None => gone |= in_fragment,
+            Some(fragment) if fragment.deletion_file.is_some() => {
+                let vector = latest.deletion_vector(fragment).await?;
+                let deleted: RoaringTreemap = vector.iter().map(|offset| start | u64::from(offset)).collect();
+                gone |= in_fragment & deleted;
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(gone)
+}
+
+fn range_treemap(start: u64, end: u64) -> RoaringTreemap {
+    let mut treemap = RoaringTreemap::new();
+    treemap.insert_range(start..end);
+    treemap
+}
+
+/// The group's remap with new fragments named by their ordinal (ids are not
+/// assigned yet).
+fn ordinal_remap(base: &Manifest, group: &RewriteGroup, survivors: RoaringTreemap) -> Result<RowAddrRemap> {
+    let old_fragments = group
+        .old_fragment_ids
+        .iter()
+        .map(|id| {
+            let fragment = base
+                .fragment(*id)
+                .ok_or_else(|| Error::not_found(format!("fragment {id} at the rewrite's read version")))?;
+            Ok(FragmentRows {
+                id: *id,
+                physical_rows: fragment.physical_rows,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let new_fragments = group
+        .new_fragments
+        .iter()
+        .enumerate()
+        .map(|(ordinal, fragment)| FragmentRows {
+            id: ordinal as u64,
+            physical_rows: fragment.physical_rows,
+        })
+        .collect();
+    RowAddrRemap::compact(vec![RewriteGroupInput {
+        old_fragments,
+        new_fragments,
+        surviving: survivors,
+    }])
+}
