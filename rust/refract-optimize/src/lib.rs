@@ -5,3 +5,4 @@
 //! `remap_indices` to catch index segments up, and `trim_fri` to drain history.
 
 pub mod compaction;
+pub mod fri;

@@ -1,0 +1,255 @@
+//! The commit hook that records rewrites in the FRI ledger instead of
+//! rewriting index segments (deferred remap).
+//!
+//! It runs on every commit attempt, after the engine assigned the final ids of
+//! the new fragments. Each attempt re-reads the latest ledger and appends to it,
+//! so a concurrent trim is rebased over (its removals are kept, our transition
+//! survives) and every attempt mints a new FRI uuid.
+
+use async_trait::async_trait;
+use refract_core::{Error, Result};
+use refract_ledger::{append_legacy_version, FragmentDigest, Ledger, Mapping, TransitionRecord};
+use refract_table::commit::fri_entry::{is_fri_entry, is_tagged, load_ledger, new_fri_entry};
+use refract_table::transaction::{Operation, RewriteGroup};
+use refract_table::{CommitHook, Dataset, IndexMetadata, Manifest};
+use roaring::RoaringTreemap;
+
+/// Which ledger generation the hook writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryFormat {
+    /// Version-1 transitions (the default). The first such commit tags the
+    /// table with the paired FRI flag.
+    Tagged,
+    /// Legacy version-0 reuse versions, for tables that must stay readable by
+    /// clients without tagged-history support. Refused on tagged tables.
+    Legacy,
+}
+
+/// Records Rewrite groups (ordered compaction) and Partition row maps (stable
+/// partition) in the FRI ledger.
+#[derive(Debug, Clone, Copy)]
+pub struct DeferredRemapHook {
+    format: HistoryFormat,
+}
+
+/// The hook compaction uses with `defer_index_remap`: version-1 transitions.
+pub fn deferred_remap_hook() -> Box<dyn CommitHook> {
+    Box::new(DeferredRemapHook::new(HistoryFormat::Tagged))
+}
+
+/// The legacy-writer variant: appends a version-0 reuse version.
+pub fn legacy_deferred_remap_hook() -> Box<dyn CommitHook> {
+    Box::new(DeferredRemapHook::new(HistoryFormat::Legacy))
+}
+
+impl DeferredRemapHook {
+    /// A hook writing `format`.
+    pub fn new(format: HistoryFormat) -> Self {
+        Self { format }
+    }
+}
+
+#[async_trait]
+impl CommitHook for DeferredRemapHook {
+    async fn before_publish(
+        &self,
+        dataset: &Dataset,
+        candidate: &mut Manifest,
+        assigned: &[Vec<u64>],
+    ) -> Result<()> {
+        let Some(txn) = candidate.transaction.clone() else {
+            return Ok(());
+        };
+        let loaded = load_ledger(dataset).await?;
+        let current = loaded.as_ref().map(|(_, ledger)| ledger);
+        let records = match &txn.operation {
+            Operation::Rewrite { groups, .. } => {
+                let sources: Vec<u64> = groups
+                    .iter()
+                    .flat_map(|g| g.old_fragment_ids.iter().copied())
+                    .collect();
+                if !needs_history(dataset.manifest(), current, &sources) {
+                    return Ok(());
+                }
+                let read = dataset.checkout_version(txn.read_version).await?;
+                ordered_records(read.manifest(), groups, assigned, txn.read_version)?
+            }
+            Operation::Partition {
+                source_fragment_ids,
+                destinations,
+                map_id: Some(map_id),
+                map_size_bytes,
+            } => {
+                let read = dataset.checkout_version(txn.read_version).await?;
+                vec![TransitionRecord::new(
+                    source_digests(read.manifest(), source_fragment_ids)?,
+                    destinations
+                        .iter()
+                        .map(|f| FragmentDigest::new(f.id, f.physical_rows, 0))
+                        .collect(),
+                    Mapping::StablePartition {
+                        map_id: *map_id,
+                        map_size_bytes: *map_size_bytes,
+                    },
+                    txn.read_version,
+                )?]
+            }
+            _ => return Ok(()),
+        };
+        let ledger = self.extend(current, candidate, txn.read_version, records)?;
+        let entry = new_fri_entry(dataset.store(), &ledger, candidate.version).await?;
+        install_entry(candidate, entry);
+        Ok(())
+    }
+}
+
+impl DeferredRemapHook {
+    /// The current ledger plus `records`, in the hook's format.
+    fn extend(
+        &self,
+        current: Option<&Ledger>,
+        candidate: &Manifest,
+        read_version: u64,
+        records: Vec<TransitionRecord>,
+    ) -> Result<Ledger> {
+        let mut ledger = current.cloned().unwrap_or_default();
+        match self.format {
+            HistoryFormat::Tagged => {
+                for record in records {
+                    ledger.push_transition(record)?;
+                }
+                Ok(ledger)
+            }
+            HistoryFormat::Legacy => {
+                if is_tagged(candidate) {
+                    return Err(Error::not_supported(
+                        "this table carries a tagged FRI history; a legacy (version 0) writer \
+                         cannot maintain it: upgrade to a writer supporting tagged histories",
+                    ));
+                }
+                append_legacy_version(&ledger, read_version, &records)
+            }
+        }
+    }
+}
+
+/// A rewrite needs a history record when a user segment covers one of its
+/// sources (a segment without a bitmap covers everything) or the existing
+/// history does (a source produced by a recorded rewrite, or any history with
+/// transitions this client cannot interpret).
+pub(crate) fn needs_history(manifest: &Manifest, ledger: Option<&Ledger>, sources: &[u64]) -> bool {
+    let by_history = ledger.is_some_and(|ledger| {
+        ledger.has_unsupported_transitions()
+            || sources
+                .iter()
+                .any(|id| ledger.lineage().contains_fragment(*id))
+    });
+    by_history
+        || manifest
+            .indices
+            .iter()
+            .filter(|index| !index.is_system())
+            .any(|index| match &index.fragment_bitmap {
+                None => true,
+                Some(bitmap) => sources
+                    .iter()
+                    .any(|id| u32::try_from(*id).is_ok_and(|id| bitmap.contains(id))),
+            })
+}
+
+/// Digests of `ids` as they were in `read` (deletion counts at the read version).
+pub(crate) fn source_digests(read: &Manifest, ids: &[u64]) -> Result<Vec<FragmentDigest>> {
+    ids.iter()
+        .map(|id| {
+            let fragment = read.fragment(*id).ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "fragment {id} is not part of version {}",
+                    read.version
+                ))
+            })?;
+            Ok(FragmentDigest::new(
+                fragment.id,
+                fragment.physical_rows,
+                fragment.num_deleted_rows(),
+            ))
+        })
+        .collect()
+}
+
+/// One ordered-compaction record per rewrite group.
+fn ordered_records(
+    read: &Manifest,
+    groups: &[RewriteGroup],
+    assigned: &[Vec<u64>],
+    read_version: u64,
+) -> Result<Vec<TransitionRecord>> {
+    if groups.len() != assigned.len() {
+        return Err(Error::invalid_input(format!(
+            "{} rewrite groups but {} assigned id lists",
+            groups.len(),
+            assigned.len()
+        )));
+    }
+    groups
+        .iter()
+        .zip(assigned)
+        .map(|(group, ids)| {
+            let bytes = group.surviving_old_addresses.as_deref().ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "rewrite group {:?} carries no surviving addresses; a deferred remap needs them",
+                    group.old_fragment_ids
+                ))
+            })?;
+            let surviving = RoaringTreemap::deserialize_from(bytes).map_err(|e| {
+                Error::invalid_input(format!(
+                    "surviving addresses of group {:?}: {e}",
+                    group.old_fragment_ids
+                ))
+            })?;
+            if ids.len() != group.new_fragments.len() {
+                return Err(Error::invalid_input(format!(
+                    "group {:?} wrote {} fragments but {} ids were assigned",
+                    group.old_fragment_ids,
+                    group.new_fragments.len(),
+                    ids.len()
+                )));
+            }
+            let destinations = ids
+                .iter()
+                .zip(&group.new_fragments)
+                .map(|(id, fragment)| FragmentDigest::new(*id, fragment.physical_rows, 0))
+                .collect();
+            TransitionRecord::new(
+                source_digests(read, &group.old_fragment_ids)?,
+                destinations,
+                Mapping::OrderedCompaction { surviving },
+                read_version,
+            )
+        })
+        .collect()
+}
+
+/// Replaces the candidate's FRI entry by `entry`, and records the swap in the
+/// candidate's transaction (Rewrite) so the history shows it.
+fn install_entry(candidate: &mut Manifest, entry: IndexMetadata) {
+    let removed: Vec<_> = candidate
+        .indices
+        .iter()
+        .filter(|index| is_fri_entry(index))
+        .map(|index| index.uuid)
+        .collect();
+    candidate.indices.retain(|index| !is_fri_entry(index));
+    candidate.indices.push(entry.clone());
+    if let Some(txn) = candidate.transaction.as_mut() {
+        if let Operation::Rewrite {
+            new_indices,
+            removed_index_uuids,
+            ..
+        } = &mut txn.operation
+        {
+            new_indices.retain(|index| !is_fri_entry(index));
+            new_indices.push(entry);
+            removed_index_uuids.extend(removed);
+        }
+    }
+}
