@@ -78,14 +78,16 @@ impl Scenario {
                     .unwrap_or_default()
             }
             Scenario::ClusteredThirtyPercent => {
-                // Alternate kept runs (mean 700) and deleted runs (mean 300).
+                // Alternate kept and deleted runs (mean lengths 7:3 of a tenth of the
+                // fragment, at most 7,000:3,000 rows), starting at a random phase.
+                let unit = (rows / 10).clamp(10, 10_000);
                 let mut bitmap = RoaringBitmap::new();
-                let mut at = 0u32;
+                let mut at = rng.below(u64::from(unit)) as u32;
                 while at < rows {
-                    let keep = 1 + rng.below(1_400) as u32;
+                    let keep = 1 + rng.below(u64::from(unit) * 7 / 5) as u32;
                     let end = at.saturating_add(keep).min(rows);
                     bitmap.insert_range(at..end);
-                    at = end.saturating_add(1 + rng.below(600) as u32);
+                    at = end.saturating_add(1 + rng.below(u64::from(unit) * 3 / 5) as u32);
                 }
                 bitmap
             }

@@ -58,7 +58,7 @@ impl RemapChain {
     pub fn get(&self, addr: u64) -> Option<Option<u64>> {
         let mut state = None;
         for step in &self.steps {
-            state = apply_step(step, addr, state, &mut LookupCursor::default());
+            state = apply_step(step, addr, state, &mut LookupCursor::point());
             if state == Some(None) {
                 break;
             }

@@ -94,6 +94,29 @@ struct IndexEntry {
 pub struct CompactRemap {
     groups: Vec<GroupLayout>,
     index: Vec<IndexEntry>,
+    /// O(1) fragment lookup when the old ids are dense enough: `(first id, slots)`
+    /// where `slots[id - first]` is the position in `index` plus one (0 = absent).
+    direct_index: Option<(u32, Box<[u32]>)>,
+}
+
+/// The direct fragment table is built when its span is at most this many times the
+/// number of old fragments (plus [`DIRECT_INDEX_SLACK`]): 4 bytes per spanned id.
+const DIRECT_INDEX_SPAN_FACTOR: u64 = 4;
+const DIRECT_INDEX_SLACK: u64 = 1024;
+
+/// Builds the direct fragment table for a sorted index, if the ids are dense enough.
+fn build_direct_index(index: &[IndexEntry]) -> Option<(u32, Box<[u32]>)> {
+    let (first, last) = (index.first()?.fragment_id, index.last()?.fragment_id);
+    let span = u64::from(last - first) + 1;
+    if span > DIRECT_INDEX_SPAN_FACTOR * index.len() as u64 + DIRECT_INDEX_SLACK {
+        return None;
+    }
+    let mut slots = vec![0u32; span as usize];
+    for (i, e) in index.iter().enumerate() {
+        // first <= id <= last, so id - first < span.
+        slots[(e.fragment_id - first) as usize] = u32::try_from(i + 1).ok()?;
+    }
+    Some((first, slots.into_boxed_slice()))
 }
 
 /// Search state carried between lookups of one batch, so sorted input walks the
@@ -107,6 +130,19 @@ pub(crate) struct LookupCursor {
     index_hint: usize,
     rank_hint: usize,
     range_hint: usize,
+}
+
+impl LookupCursor {
+    /// A cursor for one isolated lookup: no hints, so searches are plain binary
+    /// searches instead of gallops from the start.
+    pub(crate) fn point() -> Self {
+        Self {
+            index_hint: usize::MAX,
+            rank_hint: usize::MAX,
+            range_hint: usize::MAX,
+            ..Self::default()
+        }
+    }
 }
 
 fn to_u32(value: u64, what: &str) -> Result<u32> {
@@ -140,9 +176,11 @@ impl CompactRemap {
         }
         index.sort_unstable_by_key(|e| e.fragment_id);
         index.shrink_to_fit();
+        let direct_index = build_direct_index(&index);
         Ok(Self {
             groups: layouts,
             index,
+            direct_index,
         })
     }
 
@@ -154,7 +192,23 @@ impl CompactRemap {
     /// `HashMap::get` semantics for one address.
     #[inline]
     pub fn get(&self, addr: u64) -> Option<Option<u64>> {
-        self.get_with(addr, &mut LookupCursor::default())
+        self.get_with(addr, &mut LookupCursor::point())
+    }
+
+    /// The index entry of old fragment `fragment`, if it was rewritten.
+    #[inline]
+    fn find_entry(&self, fragment: u64, hint: &mut usize) -> Option<IndexEntry> {
+        if let Some((first, slots)) = &self.direct_index {
+            let at = fragment.checked_sub(u64::from(*first))?;
+            let slot = *slots.get(usize::try_from(at).ok()?)?;
+            // Non-zero slots hold an index position plus one.
+            return slot.checked_sub(1).map(|i| self.index[i as usize]);
+        }
+        let i = last_le_by(&self.index, |e| u64::from(e.fragment_id), fragment, *hint)?;
+        *hint = i;
+        // last_le_by returns an in-bounds index.
+        let e = self.index[i];
+        (u64::from(e.fragment_id) == fragment).then_some(e)
     }
 
     /// [`Self::get`] reusing search state from previous lookups of the same batch.
@@ -164,21 +218,11 @@ impl CompactRemap {
         let offset = addr as u32; // the low half is the offset
         if cursor.fragment != Some(fragment) {
             cursor.fragment = Some(fragment);
-            cursor.entry = match last_le_by(
-                &self.index,
-                |e| u64::from(e.fragment_id),
-                fragment,
-                cursor.index_hint,
-            ) {
-                Some(i) => {
-                    cursor.index_hint = i;
-                    // last_le_by returns an in-bounds index.
-                    let e = self.index[i];
-                    (u64::from(e.fragment_id) == fragment).then_some(e)
-                }
-                None => None,
-            };
-            cursor.rank_hint = 0;
+            cursor.entry = self.find_entry(fragment, &mut cursor.index_hint);
+            if cursor.rank_hint != usize::MAX {
+                // Sorted input enters a new fragment at its smallest offsets.
+                cursor.rank_hint = 0;
+            }
         }
         let entry = cursor.entry?;
         // Index entries are built from the layout, so group and slot exist.
@@ -253,6 +297,7 @@ impl CompactRemap {
     /// Bytes held, heap included.
     pub fn deep_size_bytes(&self) -> u64 {
         let mut bytes = size_of::<Self>() + self.index.capacity() * size_of::<IndexEntry>();
+        bytes += self.direct_index.as_ref().map_or(0, |(_, s)| s.len() * 4);
         bytes += self.groups.capacity() * size_of::<GroupLayout>();
         for g in &self.groups {
             bytes += g.old.capacity() * size_of::<OldFragment>();
@@ -581,6 +626,50 @@ pub(crate) mod tests {
             RowAddrRemap::empty().fully_deleted_fragments(),
             Some(RoaringBitmap::new())
         );
+    }
+
+    #[test]
+    fn sparse_fragment_ids_use_the_searched_index() {
+        let g = RewriteGroupInput {
+            old_fragments: vec![fr(3_000_000, 2), fr(5, 2), fr(900_000, 1)],
+            new_fragments: vec![fr(4_000_000, 4)],
+            surviving: tm(&[(3_000_000, 1), (5, 0), (5, 1), (900_000, 0)]),
+        };
+        let remap = RowAddrRemap::compact(vec![g]).unwrap();
+        let RowAddrRemap::Compact(c) = &remap else {
+            panic!("compact expected");
+        };
+        assert!(c.direct_index.is_none());
+        let input = [
+            ra(900_000, 0),
+            ra(5, 1),
+            ra(3_000_000, 0),
+            ra(6, 0),
+            ra(5, 0),
+            ra(3_000_000, 1),
+            ra(3_000_001, 0),
+            ra(4, 0),
+        ];
+        let want = vec![
+            Some(Some(ra(4_000_000, 3))),
+            Some(Some(ra(4_000_000, 2))),
+            Some(None),
+            None,
+            Some(Some(ra(4_000_000, 1))),
+            Some(Some(ra(4_000_000, 0))),
+            None,
+            None,
+        ];
+        let mut out = Vec::new();
+        remap.get_batch(&input, &mut out);
+        assert_eq!(out, want);
+        let singles: Vec<_> = input.iter().map(|a| remap.get(*a)).collect();
+        assert_eq!(singles, want);
+        let dense = RowAddrRemap::compact(vec![group_a()]).unwrap();
+        let RowAddrRemap::Compact(c) = &dense else {
+            panic!("compact expected");
+        };
+        assert!(c.direct_index.is_some());
     }
 
     #[test]

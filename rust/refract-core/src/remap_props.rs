@@ -67,7 +67,13 @@ impl Sim {
         for _ in 0..n {
             let rows = rng.below(60) as u32;
             let id = sim.next_fragment;
-            sim.next_fragment += 1 + rng.below(3) as u32; // gaps in the id sequence
+            // Gaps in the id sequence; a large one sometimes, so both the direct and
+            // the searched fragment index are exercised.
+            sim.next_fragment += if rng.below(8) == 0 {
+                5_000
+            } else {
+                1 + rng.below(3) as u32
+            };
             let rows: Vec<Row> = (0..rows)
                 .map(|_| {
                     ident += 1;
