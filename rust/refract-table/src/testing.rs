@@ -63,6 +63,27 @@ pub struct FaultRig {
     /// The fault injector every faulty handle goes through.
     pub fault: Arc<FaultInjectingStore>,
     uri: String,
+    _dir: Option<Arc<TempRoot>>,
+}
+
+/// Where a rig keeps its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RigBackend {
+    /// `object_store`'s in-memory store.
+    Memory,
+    /// A fresh directory under the system temp dir, removed when the last rig clone drops.
+    Local,
+}
+
+/// A temporary dataset directory, removed on drop.
+#[derive(Debug)]
+struct TempRoot(std::path::PathBuf);
+
+impl Drop for TempRoot {
+    fn drop(&mut self) {
+        // Best effort: a leftover temp dir is harmless.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl std::fmt::Debug for FaultRig {
@@ -83,11 +104,33 @@ impl FaultRig {
         Self::over(Arc::new(InMemory::new()))
     }
 
+    /// A fresh, empty root on `backend`.
+    pub fn new(backend: RigBackend) -> Result<FaultRig> {
+        match backend {
+            RigBackend::Memory => Ok(Self::memory()),
+            RigBackend::Local => Self::local(),
+        }
+    }
+
+    /// A fresh, empty directory under the system temp dir.
+    pub fn local() -> Result<FaultRig> {
+        let dir = std::env::temp_dir().join(format!("refract-rig-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::external(format!("creating {}", dir.display()), e))?;
+        let guard = Arc::new(TempRoot(dir.clone()));
+        let local = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+            .map_err(|e| Error::external(format!("opening {}", dir.display()), e))?;
+        let mut rig = Self::over(Arc::new(local));
+        rig._dir = Some(guard);
+        Ok(rig)
+    }
+
     /// A rig over any store (e.g. a local directory), rooted at the dataset root.
     pub fn over(inner: Arc<dyn ObjectStore>) -> FaultRig {
         FaultRig {
             fault: Arc::new(FaultInjectingStore::new(inner)),
             uri: format!("fault-rig://{}", uuid::Uuid::new_v4()),
+            _dir: None,
         }
     }
 
@@ -274,6 +317,7 @@ impl Coverage {
 /// Panics (it is a test driver) with the failing fault point on any violation.
 pub async fn run_fault_matrix(
     name: &str,
+    backend: RigBackend,
     setup: SetupFn,
     operation: OperationFn,
     coverage: Coverage,
@@ -282,13 +326,13 @@ pub async fn run_fault_matrix(
         operation: name.to_string(),
         ..FaultMatrixReport::default()
     };
-    let (before, after, calls) = reference_run(name, &setup, &operation).await;
+    let (before, after, calls) = reference_run(name, backend, &setup, &operation).await;
     report.calls = calls.clone();
     for (kind, count) in calls {
         for index in coverage.indices(count) {
             for mode in [FaultMode::Clean, FaultMode::Ambiguous] {
                 let point = FaultPoint { kind, index, mode };
-                let outcome = fault_run(&setup, &operation, point, &before, &after).await;
+                let outcome = fault_run(backend, &setup, &operation, point, &before, &after).await;
                 report.runs += 1;
                 report.faults_fired += u64::from(outcome.fired);
                 report.failed += u64::from(!outcome.succeeded);
@@ -303,10 +347,11 @@ pub async fn run_fault_matrix(
 
 async fn reference_run(
     name: &str,
+    backend: RigBackend,
     setup: &SetupFn,
     operation: &OperationFn,
 ) -> (RecordBatch, RecordBatch, BTreeMap<CallKind, u64>) {
-    let rig = FaultRig::memory();
+    let rig = FaultRig::new(backend).expect("rig");
     setup(rig.clone())
         .await
         .unwrap_or_else(|e| panic!("{name}: setup failed: {e}"));
@@ -336,13 +381,14 @@ struct RunOutcome {
 }
 
 async fn fault_run(
+    backend: RigBackend,
     setup: &SetupFn,
     operation: &OperationFn,
     point: FaultPoint,
     before: &RecordBatch,
     after: &RecordBatch,
 ) -> RunOutcome {
-    let rig = FaultRig::memory();
+    let rig = FaultRig::new(backend).expect("rig");
     setup(rig.clone()).await.expect("setup");
     let handle = rig.open_faulty().await.expect("open faulty");
     rig.fault.fail_nth(point.kind, point.index, point.mode);

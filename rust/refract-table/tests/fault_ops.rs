@@ -8,7 +8,8 @@ use std::sync::Arc;
 use futures::FutureExt;
 use refract_table::io::CallKind;
 use refract_table::testing::{
-    run_fault_matrix, sample_rows, Coverage, FaultMatrixReport, FaultRig, OperationFn, SetupFn,
+    run_fault_matrix, sample_rows, Coverage, FaultMatrixReport, FaultRig, OperationFn, RigBackend,
+    SetupFn,
 };
 use refract_table::{Dataset, IndexMetadata, Operation, RewriteGroup, WriteOptions};
 use rstest::rstest;
@@ -147,6 +148,26 @@ fn assert_covered(report: &FaultMatrixReport) {
 }
 
 #[rstest]
+#[case::memory(RigBackend::Memory)]
+#[case::local(RigBackend::Local)]
+#[tokio::test]
+async fn append_of_many_rows_survives_every_fault(#[case] backend: RigBackend) {
+    let setup = three_fragments();
+    let append_many: OperationFn = Arc::new(|mut dataset: Dataset| {
+        async move {
+            dataset
+                .append(vec![sample_rows(1_000, 5_000)], &per_file(2_000))
+                .await?;
+            Ok(dataset)
+        }
+        .boxed()
+    });
+    let coverage = Coverage::from_env(SAMPLED_INDICES_PER_KIND);
+    let report = run_fault_matrix("append 5000 rows", backend, setup, append_many, coverage).await;
+    assert_covered(&report);
+}
+
+#[rstest]
 #[case::append("append", three_fragments(), append())]
 #[case::delete_some_rows("delete rows", three_fragments(), delete("id % 3 = 0"))]
 #[case::delete_a_whole_fragment("delete fragment", with_deletions(), delete("id < 25"))]
@@ -160,6 +181,9 @@ async fn no_fault_loses_duplicates_or_mixes_rows(
     #[case] operation: OperationFn,
 ) {
     let coverage = Coverage::from_env(SAMPLED_INDICES_PER_KIND);
-    let report = run_fault_matrix(name, setup, operation, coverage).await;
-    assert_covered(&report);
+    for backend in [RigBackend::Memory, RigBackend::Local] {
+        let report =
+            run_fault_matrix(name, backend, setup.clone(), operation.clone(), coverage).await;
+        assert_covered(&report);
+    }
 }
