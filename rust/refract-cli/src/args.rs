@@ -121,6 +121,60 @@ pub enum Command {
         #[arg(long)]
         task: usize,
     },
+    /// Build an index over every fragment.
+    CreateIndex {
+        /// Dataset URI.
+        uri: String,
+        /// Index name.
+        #[arg(long)]
+        name: String,
+        /// Column to index.
+        #[arg(long)]
+        column: String,
+        /// Index type.
+        #[arg(long = "type", value_enum)]
+        index_type: IndexKind,
+        /// ivf_flat: number of partitions.
+        #[arg(long)]
+        partitions: Option<u32>,
+    },
+    /// Add a segment for fragments no segment of the index covers yet.
+    OptimizeIndices {
+        /// Dataset URI.
+        uri: String,
+        /// Only this index (default: every user index).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Query with indices: a filter and/or a nearest-neighbour search.
+    Query {
+        /// Dataset URI.
+        uri: String,
+        /// Filter expression.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Vector column for nearest-neighbour search.
+        #[arg(long)]
+        nearest: Option<String>,
+        /// Query vector, comma-separated.
+        #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+        vector: Option<Vec<f32>>,
+        /// Neighbours to return.
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Partitions to probe.
+        #[arg(long, default_value_t = 8)]
+        nprobes: usize,
+        /// Comma-separated columns to print.
+        #[arg(long, value_delimiter = ',')]
+        columns: Option<Vec<String>>,
+        /// Print how the query was served.
+        #[arg(long)]
+        explain: bool,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = RowFormat::Table)]
+        format: RowFormat,
+    },
     /// Commit task results (in any order) as one compaction.
     CompactCommit {
         /// Dataset URI.
@@ -131,6 +185,31 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Built-in index types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IndexKind {
+    /// Sorted pages with a page lookup: equality, range, IN.
+    Btree,
+    /// Value → row bitmap: equality, IN, IS NULL.
+    Bitmap,
+    /// Trigram postings: `contains(col, 'x')`.
+    Ngram,
+    /// k-means partitions of vectors: nearest neighbours.
+    IvfFlat,
+}
+
+impl IndexKind {
+    /// The registry name of the type.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            IndexKind::Btree => "btree",
+            IndexKind::Bitmap => "bitmap",
+            IndexKind::Ngram => "ngram",
+            IndexKind::IvfFlat => "ivf_flat",
+        }
+    }
 }
 
 /// Compaction options shared by `compact` and `compact-plan`.

@@ -2,6 +2,7 @@
 
 mod compact;
 pub mod data;
+pub mod index;
 mod demo;
 mod inspect;
 
@@ -47,6 +48,43 @@ pub async fn run(command: Command) -> Result<()> {
         } => compact::compact(&uri, &options, until_noop, json).await,
         Command::CompactPlan { uri, options } => compact::compact_plan(&uri, &options).await,
         Command::CompactExec { uri, plan, task } => compact::compact_exec(&uri, &plan, task).await,
+        Command::CreateIndex {
+            uri,
+            name,
+            column,
+            index_type,
+            partitions,
+        } => index::create(&uri, &name, &column, index_type, partitions).await,
+        Command::OptimizeIndices { uri, name } => index::optimize(&uri, name.as_deref()).await,
+        Command::Query {
+            uri,
+            filter,
+            nearest,
+            vector,
+            k,
+            nprobes,
+            columns,
+            explain,
+            format,
+        } => {
+            let nearest = match (nearest, vector) {
+                (Some(column), Some(vector)) => Some((column, vector)),
+                (None, None) => None,
+                _ => {
+                    return Err(refract_core::Error::invalid_input(
+                        "--nearest and --vector go together",
+                    ))
+                }
+            };
+            let request = index::QueryRequest {
+                filter,
+                nearest,
+                k,
+                nprobes,
+                columns,
+            };
+            index::query(&uri, &request, explain, format).await
+        }
         Command::CompactCommit { uri, results, json } => {
             compact::compact_commit(&uri, &results, json).await
         }

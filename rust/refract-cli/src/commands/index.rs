@@ -1,0 +1,121 @@
+//! `create-index`, `optimize-indices` and `query`.
+
+use refract_core::{Error, Result};
+use refract_index::manage::{create_index, list_indices, optimize_indices};
+use refract_index::query::{Explain, Query};
+use refract_index::types::IndexParams;
+use refract_table::dataset::Dataset;
+
+use crate::args::{IndexKind, RowFormat};
+use crate::output::render_rows;
+
+/// `refract create-index`.
+pub async fn create(uri: &str, name: &str, column: &str, kind: IndexKind, partitions: Option<u32>) -> Result<()> {
+    let dataset = Dataset::open(uri).await?;
+    let params = IndexParams {
+        partitions,
+        ..IndexParams::default()
+    };
+    let started = std::time::Instant::now();
+    let dataset = create_index(&dataset, name, column, kind.type_name(), &params).await?;
+    println!(
+        "created {} index '{name}' on {column} in {:.2?}; version {}",
+        kind.type_name(),
+        started.elapsed(),
+        dataset.version()
+    );
+    Ok(())
+}
+
+/// `refract optimize-indices`.
+pub async fn optimize(uri: &str, name: Option<&str>) -> Result<()> {
+    let mut dataset = Dataset::open(uri).await?;
+    let names: Vec<String> = match name {
+        Some(name) => vec![name.to_string()],
+        None => list_indices(&dataset).into_iter().map(|summary| summary.name).collect(),
+    };
+    for name in names {
+        let before = dataset.version();
+        dataset = optimize_indices(&dataset, &name).await?;
+        if dataset.version() == before {
+            println!("index '{name}': every fragment is covered");
+        } else {
+            println!("index '{name}': new segment; version {}", dataset.version());
+        }
+    }
+    Ok(())
+}
+
+/// What `refract query` asks.
+#[derive(Debug, Clone, Default)]
+pub struct QueryRequest {
+    /// Filter expression.
+    pub filter: Option<String>,
+    /// Vector column and query vector.
+    pub nearest: Option<(String, Vec<f32>)>,
+    /// Neighbours.
+    pub k: usize,
+    /// Partitions to probe.
+    pub nprobes: usize,
+    /// Columns to print.
+    pub columns: Option<Vec<String>>,
+}
+
+/// Builds the query `request` describes on `dataset`.
+pub fn build_query(dataset: &Dataset, request: &QueryRequest) -> Result<Query> {
+    let mut query = Query::new(dataset);
+    if let Some(filter) = &request.filter {
+        query = query.filter(filter)?;
+    }
+    if let Some((column, vector)) = &request.nearest {
+        query = query.nearest(column, vector, request.k, request.nprobes);
+    }
+    if let Some(columns) = &request.columns {
+        let names: Vec<&str> = columns.iter().map(String::as_str).collect();
+        query = query.project(&names);
+    }
+    Ok(query)
+}
+
+/// One line per serving segment and the scanned fragments.
+pub fn render_explain(explain: &Explain) -> String {
+    let mut out = format!(
+        "index: {}\n",
+        explain.index.as_deref().unwrap_or("none (full scan)")
+    );
+    for segment in &explain.segments {
+        out.push_str(&format!(
+            "  segment {} ({}): fragments {:?}, {}, {}\n",
+            segment.uuid,
+            segment.index_type,
+            segment.fragments,
+            segment.result,
+            if segment.translated {
+                format!("translated through {} transition(s)", segment.hops)
+            } else {
+                "stored addresses are current".to_string()
+            }
+        ));
+    }
+    out.push_str(&format!("  scanned fragments: {:?}\n", explain.scanned_fragments));
+    out
+}
+
+/// `refract query`.
+pub async fn query(uri: &str, request: &QueryRequest, explain: bool, format: RowFormat) -> Result<()> {
+    if request.filter.is_none() && request.nearest.is_none() {
+        return Err(Error::invalid_input("query needs --filter and/or --nearest with --vector"));
+    }
+    let dataset = Dataset::open(uri).await?;
+    let result = build_query(&dataset, request)?.execute().await?;
+    if explain {
+        eprint!("{}", render_explain(&result.explain));
+    }
+    let text = render_rows(&[result.batch], format)?;
+    if format == RowFormat::Table {
+        println!("{text}");
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}
