@@ -253,3 +253,81 @@ async fn a_cleanly_failed_commit_leaves_the_previous_version() {
     assert_eq!(orphans.len(), 1);
     assert!(orphans[0].as_str().starts_with("data/"));
 }
+
+fn index_over(fragments: &[u32]) -> refract_table::IndexMetadata {
+    refract_table::IndexMetadata {
+        uuid: uuid::Uuid::new_v4(),
+        name: "id_idx".to_string(),
+        fields: vec!["id".to_string()],
+        fragment_bitmap: Some(fragments.iter().copied().collect()),
+        index_type: "btree".to_string(),
+        details: vec![1, 2, 3],
+        index_version: 1,
+        dataset_version: 2,
+    }
+}
+
+#[tokio::test]
+async fn create_index_conflicts_only_with_rewrites_of_covered_fragments() {
+    let location = location(Backend::Memory);
+    let base = create_with_rows(&location.uri, 40, 10).await;
+    let covering = Operation::CreateIndex {
+        new_indices: vec![index_over(&[1, 2])],
+        removed_index_uuids: vec![],
+    };
+    let elsewhere_index = index_over(&[3]);
+    let elsewhere = Operation::CreateIndex {
+        new_indices: vec![elsewhere_index.clone()],
+        removed_index_uuids: vec![],
+    };
+    base.commit(rewrite_of(&base, &[2]).await).await.unwrap();
+    let err = base.commit(covering).await.unwrap_err();
+    assert!(err.is_retryable_conflict(), "{err}");
+    let indexed = base.commit(elsewhere).await.unwrap();
+    assert_eq!(indexed.manifest().indices, vec![elsewhere_index]);
+    assert!(!indexed.manifest().indices[0].is_system());
+}
+
+/// Records what the hook saw and adds an index entry over the new fragments.
+struct AddIndexHook {
+    seen: std::sync::Mutex<Vec<Vec<u64>>>,
+}
+
+#[async_trait::async_trait]
+impl refract_table::CommitHook for AddIndexHook {
+    async fn before_publish(
+        &self,
+        dataset: &Dataset,
+        candidate: &mut refract_table::Manifest,
+        assigned: &[Vec<u64>],
+    ) -> refract_core::Result<()> {
+        assert_eq!(candidate.version, dataset.version() + 1);
+        self.seen.lock().unwrap().extend(assigned.iter().cloned());
+        let ids: Vec<u32> = assigned.iter().flatten().map(|id| *id as u32).collect();
+        candidate.indices.push(index_over(&ids));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn commit_hook_sees_assigned_ids_and_may_add_indices() {
+    let location = location(Backend::Memory);
+    let base = create_with_rows(&location.uri, 30, 10).await;
+    let mut other = base.clone();
+    other.append(vec![rows(30, 5)], &opts(10)).await.unwrap();
+    let hook = AddIndexHook {
+        seen: std::sync::Mutex::new(Vec::new()),
+    };
+    let rewrite = rewrite_of(&base, &[1, 2]).await;
+    let committed = base
+        .commit_transaction(Transaction::new(base.version(), rewrite), Some(&hook))
+        .await
+        .unwrap();
+    // Rebased over the append (fragment 4), so the rewrite output is fragment 5.
+    assert_eq!(*hook.seen.lock().unwrap(), vec![vec![5]]);
+    assert_eq!(fragment_ids(&committed), vec![5, 3, 4]);
+    let bitmap = committed.manifest().indices[0].fragment_bitmap.clone();
+    assert_eq!(bitmap.unwrap().iter().collect::<Vec<_>>(), vec![5]);
+    let reopened = Dataset::open(&location.uri).await.unwrap();
+    assert_eq!(reopened.manifest().indices, committed.manifest().indices);
+}
