@@ -1,11 +1,23 @@
 //! `refract demo`: the main job, end to end on a local dataset.
+//!
+//! The story: load a table in many small fragments, delete rows, build all four
+//! index types, compact with inline index remap, and check after every step that
+//! the table's content and order are exactly what the synthetic model predicts and
+//! that every indexed query equals a brute-force scan.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
+use arrow_array::{Array, Int64Array};
+use indicatif::{ProgressBar, ProgressStyle};
 use refract_core::{Error, Result};
+use refract_index::manage::create_index;
+use refract_index::query::Query;
+use refract_index::types::IndexParams;
+use refract_optimize::compaction::{compact_files, CompactionOptions};
 use refract_table::dataset::Dataset;
 
+use super::compact::progress_bar;
 use super::data::{append_synthetic, open_or_create, read_rows, ScanRequest};
 use crate::output::render_summary;
 use crate::synthetic;
@@ -14,56 +26,109 @@ use crate::synthetic;
 const DEMO_ROWS: u64 = 200_000;
 /// Rows per fragment of the demo's appends (small on purpose: compaction has work).
 const DEMO_FRAGMENT_ROWS: u64 = 10_000;
+/// Vector dimension of the demo table.
+const DEMO_DIM: i32 = 16;
+/// Partitions of the demo's ivf_flat index.
+const DEMO_PARTITIONS: u32 = 16;
 
-/// A step's name and what it measured, for the final summary.
-struct Step {
-    name: String,
-    detail: String,
+/// The indices the demo builds: (name, column, type).
+const INDICES: [(&str, &str, &str); 4] = [
+    ("id_btree", "id", "btree"),
+    ("category_bitmap", "category", "bitmap"),
+    ("text_ngram", "text", "ngram"),
+    ("vec_ivf", "vec", "ivf_flat"),
+];
+
+/// Filters checked against a brute-force scan after every maintenance step.
+const CHECK_FILTERS: [&str; 6] = [
+    "id = 123457",
+    "id >= 41000 AND id < 41100",
+    "id IN (5, 77777, 199999, 3)",
+    "category = 7 AND id < 5000",
+    "contains(text, 'nebula') AND id < 20000",
+    "category IN (1, 2) AND id >= 150000 AND id < 150300",
+];
+
+/// The summary the demo prints at the end.
+#[derive(Default)]
+struct Summary {
+    rows: Vec<(String, String)>,
+    checks_passed: usize,
+}
+
+impl Summary {
+    fn add(&mut self, label: impl Into<String>, value: impl Into<String>) {
+        self.rows.push((label.into(), value.into()));
+    }
 }
 
 /// Runs the demo in `dir` (a fresh directory under the system temp dir by default).
 pub async fn run(dir: Option<PathBuf>) -> Result<()> {
-    let dir = match dir {
-        Some(dir) => dir,
-        None => std::env::temp_dir().join(format!("refract-demo-{}", std::process::id())),
-    };
-    if dir.exists() && std::fs::read_dir(&dir).map(|mut d| d.next().is_some()).unwrap_or(false) {
-        return Err(Error::invalid_input(format!(
-            "--dir {} is not empty; the demo needs a fresh directory",
-            dir.display()
-        )));
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| Error::external("creating the demo directory", e))?;
+    let dir = prepare_dir(dir)?;
     let uri = dir.to_string_lossy().to_string();
     println!("refract demo: dataset at {uri}");
-    let mut steps = Vec::new();
+    let mut summary = Summary::default();
+    let mut deleted: Vec<(i64, i64)> = Vec::new();
 
     let started = Instant::now();
-    let mut dataset = open_or_create(&uri, synthetic::DEFAULT_DIM).await?;
-    append_synthetic(&mut dataset, DEMO_ROWS, DEMO_FRAGMENT_ROWS, 0, synthetic::DEFAULT_DIM).await?;
-    steps.push(Step {
-        name: "append".into(),
-        detail: format!(
-            "{DEMO_ROWS} rows in {} fragments ({:.2?})",
+    let mut dataset = open_or_create(&uri, DEMO_DIM).await?;
+    let bar = spinner("appending rows");
+    append_synthetic(&mut dataset, DEMO_ROWS, DEMO_FRAGMENT_ROWS, 0, DEMO_DIM).await?;
+    bar.finish_and_clear();
+    summary.add(
+        "append",
+        format!("{DEMO_ROWS} rows in {} fragments ({:.2?})", dataset.fragments().len(), started.elapsed()),
+    );
+    let fragments_before = dataset.fragments().len();
+
+    let started = Instant::now();
+    let result = dataset.delete("id % 10 = 3 OR (id >= 40000 AND id < 60000)").await?;
+    deleted.push((-1, 3));
+    deleted.push((40_000, 60_000));
+    summary.add("delete", format!("{} rows deleted ({:.2?})", result.rows_deleted, started.elapsed()));
+    check_content(&dataset, &deleted, &mut summary).await?;
+
+    for (name, column, index_type) in INDICES {
+        let started = Instant::now();
+        let bar = spinner(&format!("building {index_type} index '{name}'"));
+        let params = IndexParams {
+            partitions: (index_type == "ivf_flat").then_some(DEMO_PARTITIONS),
+            ..IndexParams::default()
+        };
+        dataset = create_index(&dataset, name, column, index_type, &params).await?;
+        bar.finish_and_clear();
+        summary.add(format!("index {name}"), format!("{index_type} on {column} built in {:.2?}", started.elapsed()));
+    }
+    check_queries(&dataset, "after index build", &mut summary).await?;
+
+    let options = CompactionOptions {
+        target_rows_per_fragment: 50_000,
+        ..CompactionOptions::default()
+    };
+    let started = Instant::now();
+    let mut rounds = 0;
+    loop {
+        let (bar, callback) = progress_bar(&format!("compaction round {}", rounds + 1));
+        let metrics = compact_files(&mut dataset, &options, Some(callback)).await?;
+        bar.finish_and_clear();
+        if metrics.committed_version.is_none() {
+            break;
+        }
+        rounds += 1;
+        check_content(&dataset, &deleted, &mut summary).await?;
+    }
+    summary.add(
+        "compaction (inline remap)",
+        format!(
+            "{rounds} committing round(s), {fragments_before} → {} fragments, indices remapped in the commit ({:.2?})",
             dataset.fragments().len(),
             started.elapsed()
         ),
-    });
+    );
+    check_queries(&dataset, "after compaction", &mut summary).await?;
 
-    let started = Instant::now();
-    let deleted = dataset.delete("id % 10 = 3 OR (id >= 40000 AND id < 60000)").await?;
-    steps.push(Step {
-        name: "delete".into(),
-        detail: format!("{} rows deleted ({:.2?})", deleted.rows_deleted, started.elapsed()),
-    });
-
-    check_scan(&dataset, &mut steps).await?;
-
-    let rows: Vec<(String, String)> = steps
-        .into_iter()
-        .map(|step| (step.name, step.detail))
-        .collect();
-    println!("{}", render_summary("summary", &rows));
+    summary.add("query checks passed", summary.checks_passed.to_string());
+    println!("{}", render_summary("summary", &summary.rows));
     println!(
         "final: version {}, {} fragments, {} live rows",
         dataset.version(),
@@ -73,35 +138,107 @@ pub async fn run(dir: Option<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+fn prepare_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
+    let dir = match dir {
+        Some(dir) => dir,
+        None => std::env::temp_dir().join(format!("refract-demo-{}", std::process::id())),
+    };
+    let non_empty = std::fs::read_dir(&dir).map(|mut d| d.next().is_some()).unwrap_or(false);
+    if non_empty {
+        return Err(Error::invalid_input(format!(
+            "--dir {} is not empty; the demo needs a fresh directory",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| Error::external("creating the demo directory", e))?;
+    Ok(dir)
+}
+
+fn spinner(message: &str) -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    bar.set_message(message.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+/// True when `id` was deleted by one of the demo's deletes: `(-1, m)` means
+/// `id % 10 = m`, otherwise a half-open id range.
+fn is_deleted(id: i64, deleted: &[(i64, i64)]) -> bool {
+    deleted.iter().any(|&(start, end)| {
+        if start < 0 {
+            id % 10 == end
+        } else {
+            (start..end).contains(&id)
+        }
+    })
+}
+
 /// Scans the table and checks content and order against the synthetic model.
-async fn check_scan(dataset: &Dataset, steps: &mut Vec<Step>) -> Result<()> {
-    let started = Instant::now();
+async fn check_content(dataset: &Dataset, deleted: &[(i64, i64)], summary: &mut Summary) -> Result<()> {
     let request = ScanRequest {
         columns: Some(vec!["id".into()]),
         ..ScanRequest::default()
     };
     let rows = read_rows(dataset, &request).await?;
-    let ids = rows
-        .column(0)
-        .as_any()
-        .downcast_ref::<arrow_array::Int64Array>()
-        .ok_or_else(|| Error::corrupt("scan", "id column is not int64"))?;
-    let expected: Vec<i64> = (0..DEMO_ROWS as i64)
-        .filter(|id| id % 10 != 3 && !(40_000..60_000).contains(id))
-        .collect();
-    if ids.values().as_ref() != expected.as_slice() {
+    let ids = int64_column(&rows, "id")?;
+    let expected = (0..DEMO_ROWS as i64).filter(|id| !is_deleted(*id, deleted));
+    if !ids.iter().copied().eq(expected) {
         return Err(Error::corrupt(
             "demo dataset",
-            "full scan does not match the expected rows and order",
+            format!("version {}: full scan does not match the expected rows and order", dataset.version()),
         ));
     }
-    steps.push(Step {
-        name: "scan check".into(),
-        detail: format!(
-            "{} rows, content and order verified ({:.2?})",
-            expected.len(),
+    summary.checks_passed += 1;
+    Ok(())
+}
+
+fn int64_column(batch: &arrow_array::RecordBatch, name: &str) -> Result<Vec<i64>> {
+    let column = batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+        .ok_or_else(|| Error::corrupt("query result", format!("no int64 column {name}")))?;
+    Ok((0..column.len()).map(|i| column.value(i)).collect())
+}
+
+/// Every check filter (and a kNN query probing all partitions) with indices
+/// equals the same query as a brute-force scan.
+async fn check_queries(dataset: &Dataset, when: &str, summary: &mut Summary) -> Result<()> {
+    let started = Instant::now();
+    let mut translated = 0usize;
+    for filter in CHECK_FILTERS {
+        let indexed = Query::new(dataset).filter(filter)?.project(&["id"]).execute().await?;
+        let scanned = Query::new(dataset).filter(filter)?.project(&["id"]).use_index(false).execute().await?;
+        if int64_column(&indexed.batch, "id")? != int64_column(&scanned.batch, "id")? {
+            return Err(Error::corrupt("demo", format!("{when}: indexed query `{filter}` differs from a scan")));
+        }
+        translated += indexed.explain.segments.iter().filter(|s| s.translated).count();
+        summary.checks_passed += 1;
+    }
+    let vector: Vec<f32> = (0..DEMO_DIM).map(|j| synthetic::vector_component(4242, j)).collect();
+    let indexed = Query::new(dataset)
+        .nearest("vec", &vector, 10, DEMO_PARTITIONS as usize)
+        .project(&["id"])
+        .execute()
+        .await?;
+    let exact = Query::new(dataset)
+        .nearest("vec", &vector, 10, DEMO_PARTITIONS as usize)
+        .project(&["id"])
+        .use_index(false)
+        .execute()
+        .await?;
+    if int64_column(&indexed.batch, "id")? != int64_column(&exact.batch, "id")? {
+        return Err(Error::corrupt("demo", format!("{when}: kNN with every partition probed differs from exact search")));
+    }
+    summary.checks_passed += 1;
+    summary.add(
+        format!("queries {when}"),
+        format!(
+            "{} indexed queries equal brute force ({} segment(s) translated) ({:.2?})",
+            CHECK_FILTERS.len() + 1,
+            translated,
             started.elapsed()
         ),
-    });
+    );
     Ok(())
 }
