@@ -15,7 +15,7 @@ use refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;
 use refract_ledger::{Fingerprint, Ledger, FRI_INDEX_VERSION_TAGGED};
 use uuid::Uuid;
 
-use super::fri_entry::{decode_entry, find_fri_entry, is_tagged};
+use super::fri_entry::{decode_entry, find_fri_entry, is_fri_entry, is_tagged};
 use crate::dataset::Dataset;
 use crate::format::{IndexMetadata, Manifest};
 use crate::transaction::Operation;
@@ -60,6 +60,12 @@ fn refuse(why: String) -> Error {
 /// error) for operations that would lose or break the history; InvalidInput
 /// for FRI entries derived against a stale version.
 pub(crate) async fn admit(latest: &Dataset, candidate: &mut Manifest) -> Result<Admission> {
+    if candidate.indices.iter().filter(|i| is_fri_entry(i)).count() > 1 {
+        return Err(Error::invalid_input(
+            "the commit adds an FRI entry without replacing the current one \
+             (derived against a stale version)",
+        ));
+    }
     if find_fri_entry(candidate)?.is_some_and(|e| e.index_version >= FRI_INDEX_VERSION_TAGGED) {
         candidate.reader_flags |= FLAG_FRAGMENT_REUSE_INDEX;
         candidate.writer_flags |= FLAG_FRAGMENT_REUSE_INDEX;
