@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use futures::future::BoxFuture;
-use futures::TryStreamExt;
+use futures::future::{BoxFuture, LocalBoxFuture};
+use futures::{FutureExt, TryStreamExt};
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use refract_core::{Error, Result};
@@ -219,8 +219,13 @@ pub struct FaultPoint {
 
 /// Brings a fresh rig to the state before the operation (runs without faults).
 pub type SetupFn = Arc<dyn Fn(FaultRig) -> BoxFuture<'static, Result<()>> + Send + Sync>;
-/// The operation under test, given a handle on the latest version; returns the new version.
-pub type OperationFn = Arc<dyn Fn(Dataset) -> BoxFuture<'static, Result<Dataset>> + Send + Sync>;
+/// The operation under test, given a handle on the latest version; returns the
+/// new version. The future need not be `Send` (the driver awaits it in place).
+pub type OperationFn = Arc<dyn Fn(Dataset) -> LocalBoxFuture<'static, Result<Dataset>>>;
+
+/// An extra check of a committed state (e.g. index queries equal a scan);
+/// returns how many rows it compared.
+pub type VerifyFn = Arc<dyn Fn(Dataset) -> BoxFuture<'static, Result<u64>> + Send + Sync>;
 
 /// Figures of one fault matrix run (for docs/reliability.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -322,6 +327,20 @@ pub async fn run_fault_matrix(
     operation: OperationFn,
     coverage: Coverage,
 ) -> FaultMatrixReport {
+    let verify: VerifyFn = Arc::new(|_| async { Ok(0) }.boxed());
+    run_fault_matrix_verified(name, backend, setup, operation, verify, coverage).await
+}
+
+/// [`run_fault_matrix`] plus `verify` on the latest version after every run and
+/// after every retry (the dataset is opened clean, without caches).
+pub async fn run_fault_matrix_verified(
+    name: &str,
+    backend: RigBackend,
+    setup: SetupFn,
+    operation: OperationFn,
+    verify: VerifyFn,
+    coverage: Coverage,
+) -> FaultMatrixReport {
     let mut report = FaultMatrixReport {
         operation: name.to_string(),
         ..FaultMatrixReport::default()
@@ -332,7 +351,8 @@ pub async fn run_fault_matrix(
         for index in coverage.indices(count) {
             for mode in [FaultMode::Clean, FaultMode::Ambiguous] {
                 let point = FaultPoint { kind, index, mode };
-                let outcome = fault_run(backend, &setup, &operation, point, &before, &after).await;
+                let outcome =
+                    fault_run(backend, &setup, &operation, &verify, point, &before, &after).await;
                 report.runs += 1;
                 report.faults_fired += u64::from(outcome.fired);
                 report.failed += u64::from(!outcome.succeeded);
@@ -384,6 +404,7 @@ async fn fault_run(
     backend: RigBackend,
     setup: &SetupFn,
     operation: &OperationFn,
+    verify: &VerifyFn,
     point: FaultPoint,
     before: &RecordBatch,
     after: &RecordBatch,
@@ -421,6 +442,9 @@ async fn fault_run(
         }
     }
     rows_checked += state.num_rows() as u64;
+    rows_checked += verify(rig.open_clean().await.expect("open for verify"))
+        .await
+        .unwrap_or_else(|e| panic!("{point:?}: verification failed: {e}"));
 
     let latest = rig.open_clean().await.expect("open for cleanup");
     let cleaned = cleanup_orphans(&latest, Duration::ZERO)
@@ -444,6 +468,9 @@ async fn fault_run(
             "{point:?}: after the retry the rows are not the after state"
         );
         rows_checked += state.num_rows() as u64;
+        rows_checked += verify(rig.open_clean().await.expect("open for verify"))
+            .await
+            .unwrap_or_else(|e| panic!("{point:?}: verification after the retry failed: {e}"));
     }
     RunOutcome {
         fired,

@@ -59,7 +59,7 @@ fn append() -> OperationFn {
                 .await?;
             Ok(dataset)
         }
-        .boxed()
+        .boxed_local()
     })
 }
 
@@ -69,7 +69,7 @@ fn delete(predicate: &'static str) -> OperationFn {
             dataset.delete(predicate).await?;
             Ok(dataset)
         }
-        .boxed()
+        .boxed_local()
     })
 }
 
@@ -93,7 +93,7 @@ fn rewrite() -> OperationFn {
                 })
                 .await
         }
-        .boxed()
+        .boxed_local()
     })
 }
 
@@ -105,7 +105,7 @@ fn restore() -> OperationFn {
             old.restore().await?;
             Ok(old)
         }
-        .boxed()
+        .boxed_local()
     })
 }
 
@@ -130,7 +130,7 @@ fn create_index_entry() -> OperationFn {
                 })
                 .await
         }
-        .boxed()
+        .boxed_local()
     })
 }
 
@@ -160,7 +160,7 @@ async fn append_of_many_rows_survives_every_fault(#[case] backend: RigBackend) {
                 .await?;
             Ok(dataset)
         }
-        .boxed()
+        .boxed_local()
     });
     let coverage = Coverage::from_env(SAMPLED_INDICES_PER_KIND);
     let report = run_fault_matrix("append 5000 rows", backend, setup, append_many, coverage).await;
