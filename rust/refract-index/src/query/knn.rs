@@ -37,18 +37,11 @@ pub(crate) async fn execute(query: &Query, req: &NearestRequest) -> Result<Query
         if let Some(chosen) = choose(query, &req.column, &index_query).await? {
             covered = chosen.covered();
             for served in &chosen.served {
-                let SearchResult::Scored(scored) = served.reader.search(&index_query).await? else {
-                    return Err(Error::invalid_input(format!(
-                        "segment {} did not return scored results for a nearest query",
-                        served.resolved.meta.uuid
-                    )));
-                };
-                hits.extend(current_scored(&served.resolved, scored).await?);
+                hits.extend(segment_hits(query, req, served).await?);
                 explain
                     .segments
                     .push(segment_explain(&served.resolved, "scored"));
             }
-            hits = keep_live_matching(query, hits).await?;
             explain.index = Some(chosen.name);
         }
     }
@@ -68,6 +61,37 @@ pub(crate) async fn execute(query: &Query, req: &NearestRequest) -> Result<Query
     let batch = RecordBatch::try_new(schema, columns)
         .map_err(|e| Error::external("assembling nearest results", e))?;
     Ok(QueryResult { batch, explain })
+}
+
+/// The live, filter-matching hits of one serving segment. A segment's top `k`
+/// may include deleted, withdrawn or non-matching rows, so the search widens
+/// (doubling) until it yields `k` usable hits or the probed partitions run out.
+async fn segment_hits(
+    query: &Query,
+    req: &NearestRequest,
+    served: &super::exec::Served,
+) -> Result<Vec<(f32, u64)>> {
+    let mut want = req.k;
+    loop {
+        let index_query = IndexQuery::Nearest {
+            vector: req.vector.clone(),
+            k: want,
+            nprobes: req.nprobes,
+            metric: req.metric,
+        };
+        let SearchResult::Scored(scored) = served.reader.search(&index_query).await? else {
+            return Err(Error::invalid_input(format!(
+                "segment {} did not return scored results for a nearest query",
+                served.resolved.meta.uuid
+            )));
+        };
+        let exhausted = scored.len() < want;
+        let live = keep_live_matching(query, current_scored(&served.resolved, scored).await?).await?;
+        if exhausted || live.len() >= req.k {
+            return Ok(live);
+        }
+        want = want.saturating_mul(2);
+    }
 }
 
 fn check_vector_column(dataset: &Dataset, req: &NearestRequest) -> Result<()> {
