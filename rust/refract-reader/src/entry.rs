@@ -10,11 +10,7 @@ use refract_ledger::{parse_details, ContentLocation};
 use refract_table::{IndexMetadata, Manifest};
 use uuid::Uuid;
 
-/// Reserved name of the FRI system entry.
-pub const FRI_INDEX_NAME: &str = "__refract_fri";
-
-/// Index type stored on the FRI entry.
-pub const FRI_INDEX_TYPE: &str = "fri";
+pub use refract_ledger::{FRI_INDEX_NAME, FRI_INDEX_TYPE};
 
 /// True when `meta` is the FRI entry.
 pub fn is_fri_entry(meta: &IndexMetadata) -> bool {

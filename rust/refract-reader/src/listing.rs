@@ -280,16 +280,19 @@ fn remap_bitmap(stored: &RoaringBitmap, groups: &[(Vec<u64>, Vec<u64>)]) -> Roar
     bitmap
 }
 
-/// Groups a stored bitmap passes through (an upper bound on chained hops).
+/// Groups a stored bitmap is handed through (every old fragment covered):
+/// the most hops between its stored addresses and a served fragment.
 fn legacy_hops(stored: &RoaringBitmap, groups: &[(Vec<u64>, Vec<u64>)]) -> usize {
     let mut bitmap = stored.clone();
     let mut hops = 0;
     for (old, new) in groups {
-        if old
+        let old: RoaringBitmap = old
             .iter()
-            .any(|id| u32::try_from(*id).is_ok_and(|f| bitmap.contains(f)))
-        {
+            .filter_map(|id| u32::try_from(*id).ok())
+            .collect();
+        if !old.is_empty() && old.is_subset(&bitmap) {
             hops += 1;
+            bitmap -= &old;
             bitmap.extend(new.iter().filter_map(|id| u32::try_from(*id).ok()));
         }
     }

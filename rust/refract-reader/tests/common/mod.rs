@@ -20,7 +20,7 @@ use refract_reader::rowmap::RowMapWriter;
 use refract_reader::{ChunkCacheMode, FriResolver, FRI_INDEX_NAME, FRI_INDEX_TYPE};
 use refract_table::io::RelativePath;
 use refract_table::transaction::RewriteGroup;
-use refract_table::{Dataset, IndexMetadata, OpenOptions, Operation, WriteOptions};
+use refract_table::{Dataset, IndexMetadata, Manifest, OpenOptions, Operation, WriteOptions};
 use roaring::RoaringTreemap;
 use uuid::Uuid;
 
@@ -81,6 +81,9 @@ pub struct Table {
     /// Raw transitions with a field this build does not know, appended to
     /// the encoded content (they make the history "unsupported").
     pub unknown: Vec<Vec<u8>>,
+    /// Write the history as a version-0 entry (one legacy version per
+    /// compaction) instead of a tagged one.
+    pub legacy: bool,
 }
 
 impl Table {
@@ -103,6 +106,7 @@ impl Table {
             ledger: Ledger::new(),
             storage: Storage::Inline,
             unknown: Vec::new(),
+            legacy: false,
         }
     }
 
@@ -304,10 +308,28 @@ impl Table {
         }
         field_bytes(&mut transition, 9, b"a mapping from the future");
         self.unknown.push(transition);
-        self.commit_rewrite(sources, new_fragments, None).await;
-        (first..first + self.ds.fragments().len() as u64)
-            .filter(|id| self.ds.manifest().fragment(*id).is_some())
-            .collect()
+        let (entry, _) = self.fri_entry().await;
+        let count = new_fragments.len() as u64;
+        let sources = sources.to_vec();
+        self.publish_raw(move |m| {
+            let start = m.fragment_position(sources[0]).unwrap();
+            let assigned: Vec<_> = new_fragments
+                .into_iter()
+                .enumerate()
+                .map(|(i, f)| refract_table::Fragment {
+                    id: first + i as u64,
+                    ..f
+                })
+                .collect();
+            m.fragments.splice(start..start + sources.len(), assigned);
+            m.max_fragment_id = first + count - 1;
+            m.indices.retain(|i| i.name != FRI_INDEX_NAME);
+            m.indices.push(entry);
+            m.reader_flags |= refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;
+            m.writer_flags |= refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;
+        })
+        .await;
+        (first..first + count).collect()
     }
 
     async fn source_digests(&self, sources: &[u64]) -> Vec<FragmentDigest> {
@@ -384,14 +406,19 @@ impl Table {
     /// A new FRI entry for the current ledger, and the uuid it replaces.
     pub async fn fri_entry(&self) -> (IndexMetadata, Vec<Uuid>) {
         let uuid = Uuid::new_v4();
-        let mut content = self.ledger.encode_content().unwrap();
-        for raw in &self.unknown {
-            field_bytes(&mut content, 2, raw);
-        }
-        let index_version = self
-            .ledger
-            .index_version()
-            .max(u32::from(!self.unknown.is_empty()));
+        let (content, index_version) = if self.legacy {
+            (self.legacy_content(), 0)
+        } else {
+            let mut content = self.ledger.encode_content().unwrap();
+            for raw in &self.unknown {
+                field_bytes(&mut content, 2, raw);
+            }
+            let version = self
+                .ledger
+                .index_version()
+                .max(u32::from(!self.unknown.is_empty()));
+            (content, version)
+        };
         let details = match self.storage {
             Storage::Inline => inline_details(&content, index_version),
             Storage::External => {
@@ -426,6 +453,46 @@ impl Table {
             .into_iter()
             .collect();
         (entry, removed)
+    }
+
+    /// The ledger's compactions as legacy versions (one per transition).
+    fn legacy_content(&self) -> Vec<u8> {
+        let mut content = Vec::new();
+        for record in self.ledger.transitions() {
+            let Mapping::OrderedCompaction { surviving } = record.mapping() else {
+                panic!("legacy histories hold compactions only");
+            };
+            let group = legacy_group(surviving, record.sources(), record.destinations());
+            field_bytes(
+                &mut content,
+                1,
+                &legacy_version(record.dataset_version(), &[group]),
+            );
+        }
+        content
+    }
+
+    /// Publishes the next version with `edit` applied to the current
+    /// manifest, bypassing the commit path and its write gate: this is how a
+    /// newer (or broken) writer's manifest reaches this reader.
+    pub async fn publish_raw(&mut self, edit: impl FnOnce(&mut Manifest)) {
+        let mut manifest = (**self.ds.manifest()).clone();
+        edit(&mut manifest);
+        manifest.version += 1;
+        manifest.transaction = None;
+        let bytes = manifest.encode().unwrap();
+        let path = refract_table::io::manifest_path(manifest.version);
+        assert!(self.ds.store().put_if_absent(&path, bytes).await.unwrap());
+        self.ds = self.ds.checkout_latest().await.unwrap();
+    }
+
+    /// Replaces the FRI entry with `entry`, bypassing the write gate.
+    pub async fn install_raw(&mut self, entry: IndexMetadata) {
+        self.publish_raw(|m| {
+            m.indices.retain(|i| i.name != FRI_INDEX_NAME);
+            m.indices.push(entry);
+        })
+        .await;
     }
 
     /// Replaces the FRI entry with `entry` (no data change).
