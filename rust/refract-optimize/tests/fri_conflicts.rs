@@ -1,0 +1,144 @@
+//! Concurrency of FRI writers: overlapping deferred rewrites, trims racing
+//! rewrites, and rewrites straddling a concurrently created index.
+
+#[path = "fri_common.rs"]
+mod common;
+
+use common::*;
+use refract_optimize::fri::{deferred_remap_hook, fri_uuid, load_ledger, new_fri_entry};
+use refract_table::transaction::Operation;
+use refract_table::Dataset;
+
+/// Fragments 1..=6 of 100 rows, an index covering all of them.
+async fn indexed(name: &str) -> Dataset {
+    let mut dataset = dataset_with_rows(name, 600, 100).await;
+    add_user_index(&mut dataset, "by_id", &[1, 2, 3, 4, 5, 6]).await;
+    dataset
+}
+
+#[tokio::test]
+async fn overlapping_deferred_rewrites_conflict_for_the_second() {
+    let dataset = indexed("overlap").await;
+    let hook = deferred_remap_hook();
+    let first = plan_rewrite(&dataset, &[vec![1, 2]], 1).await;
+    let second = plan_rewrite(&dataset, &[vec![2, 3]], 1).await;
+    let committed = commit_rewrite(&dataset, first, Some(hook.as_ref()))
+        .await
+        .unwrap();
+    let err = commit_rewrite(&dataset, second, Some(hook.as_ref()))
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable_conflict(), "{err}");
+    assert_eq!(ledger_of(&committed).await.unwrap().transitions().len(), 1);
+    assert_eq!(dataset.latest_version().await.unwrap(), committed.version());
+}
+
+#[tokio::test]
+async fn disjoint_deferred_rewrites_both_land_in_the_ledger() {
+    let dataset = indexed("disjoint").await;
+    let hook = deferred_remap_hook();
+    let first = plan_rewrite(&dataset, &[vec![1, 2]], 1).await;
+    let second = plan_rewrite(&dataset, &[vec![4, 5]], 1).await;
+    commit_rewrite(&dataset, first, Some(hook.as_ref()))
+        .await
+        .unwrap();
+    // Read at the old version: rebased, and the hook appends to the latest ledger.
+    let latest = commit_rewrite(&dataset, second, Some(hook.as_ref()))
+        .await
+        .unwrap();
+    let ledger = ledger_of(&latest).await.unwrap();
+    let sources: Vec<Vec<u64>> = ledger
+        .transitions()
+        .iter()
+        .map(|t| t.sources().iter().map(|d| d.id).collect())
+        .collect();
+    assert_eq!(sources, vec![vec![1, 2], vec![4, 5]]);
+    assert_eq!(scan_ids(&latest).await, (0..600).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn rewrite_after_a_concurrent_trim_is_rebased_and_keeps_its_transition() {
+    let dataset = indexed("trim").await;
+    let hook = deferred_remap_hook();
+    let first = plan_rewrite(&dataset, &[vec![1, 2]], 1).await;
+    let with_first = commit_rewrite(&dataset, first, Some(hook.as_ref()))
+        .await
+        .unwrap();
+    // Planned at `with_first`, committed after a trim lands.
+    let second = plan_rewrite(&with_first, &[vec![4, 5]], 1).await;
+    let (entry, ledger) = load_ledger(&with_first).await.unwrap().unwrap();
+    let trimmed_away = *ledger.transitions()[0].fingerprint();
+    let mut trimmed = ledger.clone();
+    trimmed.remove_transitions([&trimmed_away]).unwrap();
+    let trim = new_fri_entry(with_first.store(), &trimmed, with_first.version())
+        .await
+        .unwrap();
+    let after_trim = with_first
+        .commit(Operation::CreateIndex {
+            new_indices: vec![trim],
+            removed_index_uuids: vec![entry.uuid],
+        })
+        .await
+        .unwrap();
+    let latest = commit_rewrite(&with_first, second, Some(hook.as_ref()))
+        .await
+        .unwrap();
+    assert_eq!(latest.version(), after_trim.version() + 1);
+    let ledger = ledger_of(&latest).await.unwrap();
+    assert_eq!(ledger.transitions().len(), 1, "the trim is kept");
+    let survivor = &ledger.transitions()[0];
+    assert_ne!(*survivor.fingerprint(), trimmed_away);
+    assert_eq!(
+        survivor.sources().iter().map(|d| d.id).collect::<Vec<_>>(),
+        vec![4, 5]
+    );
+    assert_ne!(fri_uuid(latest.manifest()), fri_uuid(after_trim.manifest()));
+}
+
+#[tokio::test]
+async fn trim_after_a_concurrent_rewrite_is_a_retryable_conflict() {
+    let dataset = indexed("trim-late").await;
+    let hook = deferred_remap_hook();
+    let first = plan_rewrite(&dataset, &[vec![1, 2]], 1).await;
+    let with_first = commit_rewrite(&dataset, first, Some(hook.as_ref()))
+        .await
+        .unwrap();
+    let (entry, ledger) = load_ledger(&with_first).await.unwrap().unwrap();
+    let second = plan_rewrite(&with_first, &[vec![4, 5]], 1).await;
+    commit_rewrite(&with_first, second, Some(hook.as_ref()))
+        .await
+        .unwrap();
+    // The trim was derived from `with_first`'s entry, which no longer exists.
+    let mut trimmed = ledger.clone();
+    trimmed
+        .remove_transitions([ledger.transitions()[0].fingerprint()])
+        .unwrap();
+    let trim = new_fri_entry(with_first.store(), &trimmed, with_first.version())
+        .await
+        .unwrap();
+    let err = with_first
+        .commit(Operation::CreateIndex {
+            new_indices: vec![trim],
+            removed_index_uuids: vec![entry.uuid],
+        })
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable_conflict(), "{err}");
+}
+
+#[tokio::test]
+async fn rewrite_straddling_a_concurrently_created_index_conflicts() {
+    let mut dataset = dataset_with_rows("straddle", 300, 100).await;
+    add_user_index(&mut dataset, "by_id", &[1]).await;
+    // Planned before fragment 2 was indexed.
+    let stale = dataset.clone();
+    let groups = plan_rewrite(&stale, &[vec![2, 3]], 1).await;
+    let mut indexer = dataset.clone();
+    add_user_index(&mut indexer, "by_id", &[2]).await;
+    let hook = deferred_remap_hook();
+    let err = commit_rewrite(&stale, groups, Some(hook.as_ref()))
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable_conflict(), "{err}");
+    assert!(fri_uuid(indexer.checkout_latest().await.unwrap().manifest()).is_none());
+}
