@@ -1,0 +1,276 @@
+//! Row-map chunk cache: cached (lazy and prewarmed) translation equals the
+//! uncached reader and an in-test reference on a multi-chunk map with a short
+//! final chunk; request counts cold and warm; deduplicated concurrent loads.
+
+use std::sync::Arc;
+
+use arrow_array::UInt16Array;
+use refract_core::cache::ByteWeightedCache;
+use refract_core::{Error, RowAddress, MAX_TRANSLATION_BATCH};
+use refract_reader::rowmap::{ChunkCacheMode, RowMapReader, RowMapSource, RowMapWriter};
+use refract_table::io::DatasetStore;
+use rstest::rstest;
+use uuid::Uuid;
+
+/// 750,000 + 750,000 + 600,000 rows: 33 blocks, so chunk 0 is full (32
+/// blocks) and chunk 1 holds one short block of 2,848 rows.
+const SOURCES: [(u64, u64); 3] = [(11, 750_000), (12, 750_000), (13, 600_000)];
+const DESTINATIONS: [u64; 5] = [20, 21, 22, 23, 24];
+const TOTAL: u64 = 2_100_000;
+
+/// Label of global row `row`: `None` (deleted) for one row in eleven.
+fn label(row: u64) -> Option<u16> {
+    let h = row.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+    (h % 11 != 0).then_some((h % 5) as u16)
+}
+
+struct Fixture {
+    store: DatasetStore,
+    map_id: Uuid,
+    size: u64,
+    /// Expected translation per global row.
+    expected: Vec<Option<u64>>,
+    /// Source address per global row.
+    addresses: Vec<u64>,
+    destinations: Vec<(u64, u64)>,
+}
+
+async fn fixture() -> Fixture {
+    let store = DatasetStore::open(&format!("memory://rowmap-{}", Uuid::new_v4()), true)
+        .await
+        .unwrap();
+    let map_id = Uuid::new_v4();
+    let mut writer = RowMapWriter::create(&store, &map_id, DESTINATIONS.len() as u32)
+        .await
+        .unwrap();
+    let mut counts = [0u64; 5];
+    let mut expected = Vec::with_capacity(TOTAL as usize);
+    let mut addresses = Vec::with_capacity(TOTAL as usize);
+    let mut row = 0u64;
+    for (fragment, rows) in SOURCES {
+        let mut labels = Vec::with_capacity(rows as usize);
+        for offset in 0..rows {
+            let l = label(row);
+            labels.push(l);
+            addresses.push(RowAddress::new(fragment as u32, offset as u32).0);
+            expected.push(l.map(|d| {
+                let at = counts[usize::from(d)];
+                counts[usize::from(d)] += 1;
+                RowAddress::new(DESTINATIONS[usize::from(d)] as u32, at as u32).0
+            }));
+            row += 1;
+        }
+        // Pushed in pieces that do not line up with blocks.
+        for piece in labels.chunks(100_003) {
+            writer
+                .push(UInt16Array::from(piece.to_vec()))
+                .await
+                .unwrap();
+        }
+    }
+    let written = writer.finish().await.unwrap();
+    assert_eq!(written.num_rows, TOTAL);
+    assert_eq!(written.destination_rows, counts.to_vec());
+    Fixture {
+        store,
+        map_id,
+        size: written.size_bytes,
+        expected,
+        addresses,
+        destinations: DESTINATIONS.iter().copied().zip(counts).collect(),
+    }
+}
+
+async fn open(f: &Fixture, cache: &ByteWeightedCache, mode: ChunkCacheMode) -> RowMapReader {
+    let sources: Vec<RowMapSource> = SOURCES
+        .iter()
+        .map(|(fragment_id, physical_rows)| RowMapSource {
+            fragment_id: *fragment_id,
+            physical_rows: *physical_rows,
+        })
+        .collect();
+    RowMapReader::open(
+        &f.store,
+        &f.map_id,
+        f.size,
+        [7u8; 32],
+        &sources,
+        &f.destinations,
+        cache,
+        mode,
+    )
+    .await
+    .unwrap()
+}
+
+async fn translate(reader: &RowMapReader, batch: &[u64]) -> Vec<Option<u64>> {
+    let mut out = vec![Some(1)];
+    reader.translate(batch, &mut out).await.unwrap();
+    out
+}
+
+/// Point, shuffled batch with duplicates, and full sweep, all checked against
+/// the reference.
+async fn check_reader(f: &Fixture, reader: &RowMapReader) {
+    let points = [
+        0u64,
+        65_535,
+        65_536,
+        749_999,
+        750_000,
+        2_097_151,
+        2_097_152,
+        TOTAL - 1,
+    ];
+    for row in points {
+        let got = translate(reader, &[f.addresses[row as usize]]).await;
+        assert_eq!(got, vec![f.expected[row as usize]], "row {row}");
+    }
+    let batch_rows: Vec<usize> = (0..20_000u64)
+        .map(|i| (i.wrapping_mul(2_654_435_761) % TOTAL) as usize)
+        .chain([5, 5, 2_099_999, 5])
+        .collect();
+    let batch: Vec<u64> = batch_rows.iter().map(|r| f.addresses[*r]).collect();
+    let want: Vec<Option<u64>> = batch_rows.iter().map(|r| f.expected[*r]).collect();
+    assert_eq!(translate(reader, &batch).await, want);
+    for (i, chunk) in f.addresses.chunks(MAX_TRANSLATION_BATCH).enumerate() {
+        let start = i * MAX_TRANSLATION_BATCH;
+        let want = &f.expected[start..start + chunk.len()];
+        assert_eq!(translate(reader, chunk).await, want, "sweep batch {i}");
+    }
+}
+
+#[rstest]
+#[case::uncached(ChunkCacheMode::Disabled)]
+#[case::lazy(ChunkCacheMode::Lazy)]
+#[case::prewarmed(ChunkCacheMode::Prewarm)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mode_translates_like_the_reference(#[case] mode: ChunkCacheMode) {
+    let f = fixture().await;
+    let cache = ByteWeightedCache::new(256 << 20);
+    let reader = open(&f, &cache, mode).await;
+    assert_eq!(reader.num_chunks(), 2);
+    assert_eq!(reader.counts().num_blocks(), 33);
+    check_reader(&f, &reader).await;
+    let cached = cache.entry_count().await;
+    match mode {
+        ChunkCacheMode::Disabled => assert_eq!(cached, 0),
+        _ => assert_eq!(cached, 2),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_counts_cold_warm_and_prewarmed() {
+    let f = fixture().await;
+    let lazy_cache = ByteWeightedCache::new(256 << 20);
+    f.store.reset_stats();
+    let lazy = open(&f, &lazy_cache, ChunkCacheMode::Lazy).await;
+    let opening = f.store.stats().requests_under("_fri");
+    assert!(opening <= 2, "opening read {opening} times");
+    assert_eq!(lazy_cache.entry_count().await, 0, "opening reads no labels");
+    f.store.reset_stats();
+    translate(&lazy, &[f.addresses[2_099_000]]).await; // chunk 1 only
+    let cold = f.store.stats().requests_under("_fri");
+    assert!((1..=1 + 2).contains(&cold), "cold point read {cold} times");
+    f.store.reset_stats();
+    translate(&lazy, &[f.addresses[2_098_000], f.addresses[2_099_999]]).await;
+    assert_eq!(f.store.stats().requests_under("_fri"), 0, "warm");
+
+    let prewarm_cache = ByteWeightedCache::new(256 << 20);
+    let prewarmed = open(&f, &prewarm_cache, ChunkCacheMode::Prewarm).await;
+    assert_eq!(prewarm_cache.entry_count().await, 2);
+    f.store.reset_stats();
+    check_reader(&f, &prewarmed).await;
+    assert_eq!(f.store.stats().requests_under("_fri"), 0, "prewarmed");
+
+    // Without the cache each query reads the blocks it touches again.
+    let none = open(
+        &f,
+        &ByteWeightedCache::new(256 << 20),
+        ChunkCacheMode::Disabled,
+    )
+    .await;
+    f.store.reset_stats();
+    translate(
+        &none,
+        &[f.addresses[10], f.addresses[70_000], f.addresses[11]],
+    )
+    .await;
+    let first = f.store.stats().requests_under("_fri");
+    translate(&none, &[f.addresses[10]]).await;
+    assert!(f.store.stats().requests_under("_fri") > first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_loads_of_a_chunk_run_once() {
+    let f = Arc::new(fixture().await);
+    let cache = ByteWeightedCache::new(256 << 20);
+    let reader = Arc::new(open(&f, &cache, ChunkCacheMode::Lazy).await);
+    let loads = cache.stats().loads;
+    let mut tasks = Vec::new();
+    for i in 0..8usize {
+        let reader = reader.clone();
+        let f = f.clone();
+        tasks.push(tokio::spawn(async move {
+            let row = 100 + i * 1_000;
+            let got = translate(&reader, &[f.addresses[row]]).await;
+            assert_eq!(got, vec![f.expected[row]]);
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(cache.stats().loads - loads, 1);
+}
+
+#[tokio::test]
+async fn bad_requests_are_rejected() {
+    let f = fixture().await;
+    let reader = open(&f, &ByteWeightedCache::new(64 << 20), ChunkCacheMode::Lazy).await;
+    let mut out = Vec::new();
+    for address in [RowAddress::new(99, 0).0, RowAddress::new(13, 600_000).0] {
+        let err = reader.translate(&[address], &mut out).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    }
+    let too_many = vec![f.addresses[0]; MAX_TRANSLATION_BATCH + 1];
+    let err = reader.translate(&too_many, &mut out).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn counts_that_disagree_with_the_transition_are_corrupt() {
+    let f = fixture().await;
+    let sources = [RowMapSource {
+        fragment_id: 11,
+        physical_rows: TOTAL,
+    }];
+    let mut wrong = f.destinations.clone();
+    wrong[0].1 += 1;
+    let cache = ByteWeightedCache::new(1 << 20);
+    let err = RowMapReader::open(
+        &f.store,
+        &f.map_id,
+        f.size,
+        [1; 32],
+        &sources,
+        &wrong,
+        &cache,
+        ChunkCacheMode::Lazy,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    let missing = RowMapReader::open(
+        &f.store,
+        &Uuid::new_v4(),
+        f.size,
+        [1; 32],
+        &sources,
+        &f.destinations,
+        &cache,
+        ChunkCacheMode::Lazy,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(missing, Error::NotFound { .. }), "{missing}");
+}
