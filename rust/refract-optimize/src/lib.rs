@@ -6,3 +6,6 @@
 
 pub mod compaction;
 pub mod fri;
+pub mod maintain;
+pub mod remap;
+pub mod trim;

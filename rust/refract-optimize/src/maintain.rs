@@ -1,0 +1,109 @@
+//! `maintain`: compaction, then `remap_indices`, then `trim_fri`, optionally
+//! repeated until a round commits nothing.
+//!
+//! The order matters: compaction records new transitions (when index remap is
+//! deferred), remap catches eligible segments up with them, and trim then
+//! drops the history nobody translates through. A round that commits nothing
+//! is a fixed point: running again would change nothing either.
+
+use refract_core::{Error, Result};
+use refract_table::Dataset;
+use serde::Serialize;
+
+use crate::compaction::{compact_files, CompactionMetrics, CompactionOptions};
+use crate::remap::{remap_indices, RemapOptions, RemapReport};
+use crate::trim::{trim_fri, TrimReport};
+
+/// Default cap on rounds of [`maintain`] with `until_noop`.
+pub const DEFAULT_MAX_ROUNDS: usize = 16;
+
+/// What `maintain` runs.
+#[derive(Debug, Clone)]
+pub struct MaintainOptions {
+    /// Compaction options; no compaction when `None`.
+    pub compaction: Option<CompactionOptions>,
+    /// Remap options.
+    pub remap: RemapOptions,
+    /// Repeat rounds until one commits nothing (at most `max_rounds`).
+    pub until_noop: bool,
+    /// Most rounds with `until_noop` (at least 1).
+    pub max_rounds: usize,
+}
+
+impl Default for MaintainOptions {
+    fn default() -> Self {
+        Self {
+            compaction: Some(CompactionOptions::default()),
+            remap: RemapOptions::default(),
+            until_noop: false,
+            max_rounds: DEFAULT_MAX_ROUNDS,
+        }
+    }
+}
+
+/// One round.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MaintainRound {
+    /// Compaction (default metrics when not run or nothing to do).
+    pub compaction: CompactionMetrics,
+    /// Index remap.
+    pub remap: RemapReport,
+    /// FRI trim.
+    pub trim: TrimReport,
+}
+
+impl MaintainRound {
+    /// True when the round committed nothing.
+    pub fn is_noop(&self) -> bool {
+        self.compaction.committed_version.is_none()
+            && self.remap.committed_version.is_none()
+            && self.trim.is_noop()
+    }
+}
+
+/// What `maintain` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MaintainReport {
+    /// Rounds, in order.
+    pub rounds: Vec<MaintainRound>,
+    /// True when the last round committed nothing.
+    pub converged: bool,
+    /// The dataset version at the end.
+    pub final_version: u64,
+}
+
+/// Runs maintenance rounds on `dataset` (which moves to the last committed
+/// version). Errors: InvalidInput for `max_rounds == 0` or bad compaction
+/// options; otherwise the first error of a step (earlier rounds' commits stay).
+pub async fn maintain(dataset: &mut Dataset, options: MaintainOptions) -> Result<MaintainReport> {
+    if options.max_rounds == 0 {
+        return Err(Error::invalid_input("max_rounds must be at least 1"));
+    }
+    let rounds = if options.until_noop {
+        options.max_rounds
+    } else {
+        1
+    };
+    let mut report = MaintainReport::default();
+    for _ in 0..rounds {
+        let compaction = match &options.compaction {
+            Some(compaction) => compact_files(dataset, compaction, None).await?,
+            None => CompactionMetrics::default(),
+        };
+        let remap = remap_indices(dataset, options.remap.clone()).await?;
+        let trim = trim_fri(dataset).await?;
+        let round = MaintainRound {
+            compaction,
+            remap,
+            trim,
+        };
+        let noop = round.is_noop();
+        report.rounds.push(round);
+        if noop {
+            report.converged = true;
+            break;
+        }
+    }
+    report.final_version = dataset.version();
+    Ok(report)
+}

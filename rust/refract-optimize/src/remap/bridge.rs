@@ -1,0 +1,136 @@
+//! Running a segment rewrite whose translator does I/O.
+//!
+//! Index types call their translator synchronously (`refract_core::Translator`),
+//! but translating through a stable partition reads row-map labels from
+//! storage. The rewrite therefore runs as a task on a small dedicated
+//! multi-threaded runtime, where each translation batch (at most 65,536
+//! addresses) is driven to completion with `block_in_place`. The caller's
+//! runtime is never blocked — it just awaits the task — so this works under
+//! current-thread and multi-threaded runtimes alike, and I/O objects opened on
+//! either runtime stay usable (both keep running).
+
+use std::sync::{Arc, OnceLock};
+
+use refract_core::{BatchTranslator, Error, Result, Translator};
+use refract_index::{remap_segment, IndexContext, IndexRegistry, RemapOptions, RemapOutcome};
+use refract_table::IndexMetadata;
+use roaring::RoaringBitmap;
+use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
+
+/// Worker threads of the rewrite runtime (a blocked worker hands its core on,
+/// so two are enough on any machine).
+const WORKERS: usize = 2;
+
+static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
+
+fn runtime() -> Result<&'static Runtime> {
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(WORKERS)
+                .thread_name("refract-remap")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Error::invalid_input(format!("cannot start the remap runtime: {e}")))
+}
+
+/// A synchronous view of an async translator, valid only on a worker of a
+/// multi-threaded runtime (checked, never a panic).
+struct BlockingTranslator {
+    inner: Arc<dyn BatchTranslator>,
+}
+
+impl Translator for BlockingTranslator {
+    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        let handle = Handle::try_current().map_err(|_| {
+            Error::invalid_input("a blocking translator was called outside a tokio runtime")
+        })?;
+        if handle.runtime_flavor() != RuntimeFlavor::MultiThread {
+            return Err(Error::invalid_input(
+                "a blocking translator needs a multi-threaded runtime",
+            ));
+        }
+        tokio::task::block_in_place(|| handle.block_on(self.inner.translate_batch(batch, out)))
+    }
+}
+
+/// The inputs of one segment rewrite, owned so the task can outlive the borrow.
+pub(crate) struct RewriteJob {
+    pub ctx: IndexContext,
+    pub registry: IndexRegistry,
+    pub meta: IndexMetadata,
+    pub translator: Arc<dyn BatchTranslator>,
+    pub coverage: RoaringBitmap,
+    pub options: RemapOptions,
+}
+
+/// Runs `remap_segment` for `job` on the rewrite runtime and awaits it.
+pub(crate) async fn rewrite_segment(job: RewriteJob) -> Result<RemapOutcome> {
+    let task = runtime()?.spawn(async move {
+        let translator = BlockingTranslator {
+            inner: job.translator,
+        };
+        remap_segment(
+            &job.ctx,
+            &job.registry,
+            &job.meta,
+            &translator,
+            job.coverage,
+            &job.options,
+        )
+        .await
+    });
+    task.await
+        .map_err(|e| Error::external("index segment rewrite task", e))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Doubler(AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl BatchTranslator for Doubler {
+        async fn translate_batch(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            out.clear();
+            out.extend(batch.iter().map(|a| Some(a * 2)));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn blocking_translator_runs_on_the_rewrite_runtime() {
+        let inner = Arc::new(Doubler(AtomicUsize::new(0)));
+        let translator = BlockingTranslator {
+            inner: inner.clone(),
+        };
+        let out = runtime()
+            .unwrap()
+            .spawn(async move {
+                let mut out = Vec::new();
+                translator.translate(&[1, 2, 3], &mut out).map(|_| out)
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(out, vec![Some(2), Some(4), Some(6)]);
+        assert_eq!(inner.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn blocking_translator_refuses_a_current_thread_runtime() {
+        let translator = BlockingTranslator {
+            inner: Arc::new(Doubler(AtomicUsize::new(0))),
+        };
+        let mut out = Vec::new();
+        let err = translator.translate(&[1], &mut out).unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    }
+}
