@@ -21,7 +21,7 @@ const TOTAL: u64 = 2_100_000;
 /// Label of global row `row`: `None` (deleted) for one row in eleven.
 fn label(row: u64) -> Option<u16> {
     let h = row.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-    (h % 11 != 0).then_some((h % 5) as u16)
+    (!h.is_multiple_of(11)).then_some((h % 5) as u16)
 }
 
 struct Fixture {

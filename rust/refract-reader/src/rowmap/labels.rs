@@ -107,7 +107,7 @@ fn build_checkpoints(labels: &[u16], block_rows: usize, width: usize) -> Vec<u32
     let mut running = vec![0u32; width];
     for stride in 0..strides {
         let start = stride * CHECKPOINT_STRIDE;
-        if start % block_rows == 0 {
+        if start.is_multiple_of(block_rows) {
             running.iter_mut().for_each(|count| *count = 0);
         }
         checkpoints.extend_from_slice(&running);
