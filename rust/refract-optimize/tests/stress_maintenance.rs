@@ -1,0 +1,365 @@
+//! Concurrency stress: several writers, each on its own thread and runtime,
+//! share one dataset (in memory and in a local directory) and run random
+//! appends, deletes, bounded compactions (inline and deferred index remap) and
+//! index builds; retryable conflicts are retried against the latest version.
+//!
+//! At the end, every version's rows equal (exactly, in order) the model computed
+//! from the committed operations in version order, every delete reported the
+//! number of rows the model says it deleted, an indexed query equals a scan, and
+//! every version is readable.
+//!
+//! Size: `REFRACT_STRESS_OPS` operations per writer (default 10), seed
+//! `REFRACT_STRESS_SEED` (default 1, printed).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::RecordBatch;
+use refract_core::{Error, Result};
+use refract_index::manage::segments_of;
+use refract_index::{create_index, optimize_indices, IndexParams, Query};
+use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_table::cleanup::cleanup_orphans;
+use refract_table::testing::{sample_rows, sample_schema};
+use refract_table::{Dataset, Operation, WriteOptions};
+use rstest::rstest;
+
+const WRITERS: u64 = 3;
+const DEFAULT_OPS_PER_WRITER: u64 = 10;
+/// Attempts per operation before a retryable conflict fails the test.
+const MAX_ATTEMPTS: usize = 50;
+/// The filter whose indexed answer is compared with the model (ids 1000..2600000).
+const CHECK_FILTER: &str = "id >= 1000 AND id < 2600000";
+
+/// A small deterministic generator (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// What a writer committed, keyed by the version it produced.
+#[derive(Debug, Clone)]
+enum Committed {
+    Append(Vec<i64>),
+    Delete {
+        modulus: i64,
+        residue: i64,
+        rows_deleted: u64,
+    },
+}
+
+#[derive(Default)]
+struct Log {
+    by_version: BTreeMap<u64, Committed>,
+    ops: u64,
+    retries: u64,
+    compactions: u64,
+    index_builds: u64,
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs `op` against the latest version until it succeeds; retries only
+/// retryable conflicts.
+async fn with_retries<T, F, Fut>(uri: &str, log: &Mutex<Log>, mut op: F) -> T
+where
+    F: FnMut(Dataset) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    for attempt in 0..MAX_ATTEMPTS {
+        let dataset = Dataset::open(uri).await.expect("open latest");
+        match op(dataset).await {
+            Ok(value) => return value,
+            Err(err) if err.is_retryable_conflict() => {
+                log.lock().unwrap().retries += 1;
+                assert!(attempt + 1 < MAX_ATTEMPTS, "still conflicting: {err}");
+            }
+            Err(err) => panic!("non-retryable error: {err}"),
+        }
+    }
+    unreachable!("the loop returns or panics")
+}
+
+async fn writer(uri: String, id: u64, seed: u64, ops: u64, log: Arc<Mutex<Log>>) {
+    let mut rng = Rng(seed ^ (id.wrapping_mul(0x1000_0001)));
+    for step in 0..ops {
+        let choice = rng.below(10);
+        match choice {
+            0..=3 => {
+                let start = (id * 1_000_000 + step * 1_000) as i64;
+                let n = 5 + rng.below(40) as usize;
+                let per_file = 5 + rng.below(20);
+                let version = with_retries(&uri, &log, |mut dataset| async move {
+                    let options = WriteOptions {
+                        max_rows_per_file: per_file,
+                        ..WriteOptions::default()
+                    };
+                    dataset
+                        .append(vec![sample_rows(start, n)], &options)
+                        .await?;
+                    Ok(dataset.version())
+                })
+                .await;
+                let ids = (start..start + n as i64).collect();
+                log.lock()
+                    .unwrap()
+                    .by_version
+                    .insert(version, Committed::Append(ids));
+            }
+            4..=5 => {
+                let modulus = 3 + rng.below(9) as i64;
+                let residue = rng.below(modulus as u64) as i64;
+                let predicate = format!("id % {modulus} = {residue}");
+                let (version, rows_deleted) = with_retries(&uri, &log, |mut dataset| {
+                    let predicate = predicate.clone();
+                    async move {
+                        let result = dataset.delete(&predicate).await?;
+                        Ok((dataset.version(), result.rows_deleted))
+                    }
+                })
+                .await;
+                if rows_deleted > 0 {
+                    log.lock().unwrap().by_version.insert(
+                        version,
+                        Committed::Delete {
+                            modulus,
+                            residue,
+                            rows_deleted,
+                        },
+                    );
+                }
+            }
+            6..=8 => {
+                let options = CompactionOptions {
+                    target_rows_per_fragment: 20 + rng.below(60),
+                    defer_index_remap: rng.below(2) == 0,
+                    max_source_fragments: (rng.below(2) == 0).then(|| 2 + rng.below(3)),
+                    num_threads: Some(2),
+                    ..CompactionOptions::default()
+                };
+                with_retries(&uri, &log, |mut dataset| {
+                    let options = options.clone();
+                    async move {
+                        compact_files(&mut dataset, &options, None)
+                            .await
+                            .map(|_| ())
+                    }
+                })
+                .await;
+                log.lock().unwrap().compactions += 1;
+            }
+            _ => {
+                with_retries(&uri, &log, |dataset| async move {
+                    if segments_of(&dataset, "id_idx").is_empty() {
+                        match create_index(
+                            &dataset,
+                            "id_idx",
+                            "id",
+                            "btree",
+                            &IndexParams::default(),
+                        )
+                        .await
+                        {
+                            // Another writer created it first: optimize instead next time.
+                            Err(Error::InvalidInput { message })
+                                if message.contains("already exists") =>
+                            {
+                                Ok(())
+                            }
+                            other => other.map(|_| ()),
+                        }
+                    } else {
+                        optimize_indices(&dataset, "id_idx").await.map(|_| ())
+                    }
+                })
+                .await;
+                log.lock().unwrap().index_builds += 1;
+            }
+        }
+        log.lock().unwrap().ops += 1;
+    }
+}
+
+fn count_under(paths: &[refract_table::io::RelativePath], dir: &str) -> usize {
+    paths.iter().filter(|p| p.top_level_dir() == dir).count()
+}
+
+fn ids_of(batch: &RecordBatch) -> Vec<i64> {
+    batch
+        .column_by_name("id")
+        .map(|c| c.as_primitive::<Int64Type>().values().to_vec())
+        .unwrap_or_default()
+}
+
+/// Replays the committed operations in version order; returns the rows of every version.
+async fn model(latest: &Dataset, log: &Log) -> BTreeMap<u64, Vec<i64>> {
+    let mut states: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    states.insert(1, Vec::new());
+    for version in 2..=latest.version() {
+        let dataset = latest.checkout_version(version).await.expect("checkout");
+        let txn = dataset
+            .manifest()
+            .transaction
+            .clone()
+            .expect("every version after 1 records its transaction");
+        let mut rows = states[&(version - 1)].clone();
+        match (&txn.operation, log.by_version.get(&version)) {
+            (Operation::Append { .. }, Some(Committed::Append(ids))) => rows.extend(ids),
+            (
+                Operation::Delete { .. },
+                Some(Committed::Delete {
+                    modulus,
+                    residue,
+                    rows_deleted,
+                }),
+            ) => {
+                // A delete removes the matching rows it saw at its read version.
+                // (A concurrent delete may have removed some of them already.)
+                let matched: HashSet<i64> = states[&txn.read_version]
+                    .iter()
+                    .copied()
+                    .filter(|id| id % modulus == *residue)
+                    .collect();
+                assert_eq!(
+                    matched.len() as u64,
+                    *rows_deleted,
+                    "version {version}: rows deleted"
+                );
+                rows.retain(|id| !matched.contains(id));
+            }
+            (Operation::Rewrite { .. } | Operation::CreateIndex { .. }, None) => {}
+            (operation, logged) => {
+                panic!(
+                    "version {version}: {} committed, writer logged {logged:?}",
+                    operation.name()
+                )
+            }
+        }
+        states.insert(version, rows);
+    }
+    states
+}
+
+/// Every version scans to exactly its model rows, in order, and an indexed
+/// query equals a filtered scan; returns the rows compared.
+async fn check_every_version(latest: &Dataset, states: &BTreeMap<u64, Vec<i64>>) -> usize {
+    let mut rows_checked = 0usize;
+    for (version, expected) in states {
+        let dataset = latest.checkout_version(*version).await.expect("checkout");
+        let batch = dataset
+            .scan()
+            .project(&["id"])
+            .try_into_batch()
+            .await
+            .expect("scan");
+        assert_eq!(ids_of(&batch), *expected, "version {version}");
+        rows_checked += expected.len();
+        let indexed = Query::new(&dataset)
+            .filter(CHECK_FILTER)
+            .unwrap()
+            .project(&["id"])
+            .execute()
+            .await
+            .expect("indexed query");
+        let mut indexed_ids = ids_of(&indexed.batch);
+        indexed_ids.sort_unstable();
+        let mut scanned: Vec<i64> = expected
+            .iter()
+            .copied()
+            .filter(|id| (1000..2_600_000).contains(id))
+            .collect();
+        scanned.sort_unstable();
+        assert_eq!(indexed_ids, scanned, "version {version}: indexed query");
+        rows_checked += scanned.len();
+    }
+    rows_checked
+}
+
+async fn run_stress(uri: String) {
+    let ops = env_u64("REFRACT_STRESS_OPS", DEFAULT_OPS_PER_WRITER);
+    let seed = env_u64("REFRACT_STRESS_SEED", 1);
+    let base = Dataset::create(&uri, sample_schema(), Default::default())
+        .await
+        .expect("create");
+    let log = Arc::new(Mutex::new(Log::default()));
+    std::thread::scope(|scope| {
+        for id in 0..WRITERS {
+            let (uri, log) = (uri.clone(), log.clone());
+            scope.spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(writer(uri, id, seed, ops, log));
+            });
+        }
+    });
+    let log = Arc::try_unwrap(log)
+        .ok()
+        .expect("writers done")
+        .into_inner()
+        .unwrap();
+    let latest = base.checkout_latest().await.expect("latest");
+    let states = model(&latest, &log).await;
+    let mut rows_checked = check_every_version(&latest, &states).await;
+    // Nothing is in flight now: every unreferenced file may go, and every
+    // version must read exactly the same afterwards.
+    let cleanup = cleanup_orphans(&latest, Duration::ZERO)
+        .await
+        .expect("cleanup");
+    // A fresh handle (new session and store): no cached deletion vector or
+    // file metadata can hide a file the cleanup removed.
+    let fresh = Dataset::open(&uri).await.expect("reopen");
+    rows_checked += check_every_version(&fresh, &states).await;
+    println!(
+        "stress {uri}: seed {seed}, {} writers x {ops} ops = {} ops ({} compactions, {} index builds), {} retries, {} versions, {rows_checked} rows checked, {} live rows",
+        WRITERS,
+        log.ops,
+        log.compactions,
+        log.index_builds,
+        log.retries,
+        latest.version(),
+        states[&latest.version()].len()
+    );
+    println!(
+        "stress {uri}: cleanup deleted {} orphans ({} data, {} deletion, {} index), kept {} referenced files",
+        cleanup.deleted.len(),
+        count_under(&cleanup.deleted, "data"),
+        count_under(&cleanup.deleted, "_deletions"),
+        count_under(&cleanup.deleted, "_indices"),
+        cleanup.kept_referenced
+    );
+}
+
+#[rstest]
+#[case::memory(true)]
+#[case::local(false)]
+#[tokio::test]
+async fn concurrent_maintenance_loses_nothing(#[case] memory: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = if memory {
+        format!("memory://stress-{}", uuid::Uuid::new_v4())
+    } else {
+        dir.path().join("table").to_str().unwrap().to_string()
+    };
+    run_stress(uri).await;
+}
