@@ -1,0 +1,325 @@
+//! Index benchmark: for each built-in index type on the synthetic table (btree
+//! on `id`, bitmap on `category`, ngram on `text`, ivf_flat on `vec`), the build
+//! time, the cost of the inline remap inside a compaction (compaction with the
+//! index minus compaction without any index, on identical fresh copies), the
+//! rebuild time after compaction, the peak extra RSS of the indexed compaction,
+//! and the ratio remap / rebuild. Prints JSON lines.
+//!
+//! `cargo run --release -p refract-benchmarks --bin index_bench -- [--quick] [--rows N] [--fragment-rows M] [--types btree,bitmap,ngram,ivf_flat] [--dir PATH]`
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
+use clap::Parser;
+use refract_benchmarks::{current_rss_bytes, emit, peak_rss_bytes, reset_peak_rss};
+use refract_cli::commands::data::{append_synthetic, open_or_create};
+use refract_cli::synthetic::DEFAULT_DIM;
+use refract_index::{create_index, list_indices, IndexParams, Query};
+use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_table::Dataset;
+use serde_json::json;
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// Rows of the `--quick` run.
+const QUICK_ROWS: u64 = 200_000;
+/// Target: remap ≤ this fraction of a rebuild, for every type…
+const REMAP_TARGET: f64 = 0.5;
+/// …and ≤ this fraction for ivf_flat (no retraining).
+const REMAP_TARGET_IVF: f64 = 0.2;
+/// Target: extra peak RSS of the remap per rewritten row.
+const RSS_TARGET_BYTES_PER_ROW: f64 = 16.0;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Rows in the table.
+    #[arg(long, default_value_t = 2_000_000)]
+    rows: u64,
+    /// Rows per source fragment.
+    #[arg(long, default_value_t = 1_000)]
+    fragment_rows: u64,
+    /// Index types to measure, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "btree,bitmap,ngram,ivf_flat"
+    )]
+    types: Vec<String>,
+    /// Use 200,000 rows (overrides --rows).
+    #[arg(long)]
+    quick: bool,
+    /// ivf_flat partitions (default: the type's default, √rows).
+    #[arg(long)]
+    ivf_partitions: Option<u32>,
+    /// Where to put the datasets (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+impl Args {
+    fn rows(&self) -> u64 {
+        if self.quick {
+            QUICK_ROWS
+        } else {
+            self.rows
+        }
+    }
+}
+
+/// The indexed column of each type.
+fn column_of(index_type: &str) -> Result<&'static str, BoxError> {
+    Ok(match index_type {
+        "btree" => "id",
+        "bitmap" => "category",
+        "ngram" => "text",
+        "ivf_flat" => "vec",
+        other => return Err(format!("unknown index type '{other}'").into()),
+    })
+}
+
+/// One compaction's wall time and memory.
+struct CompactionRun {
+    ms: f64,
+    baseline_rss: u64,
+    peak_rss: u64,
+    fragments_after: usize,
+}
+
+impl CompactionRun {
+    fn extra_rss(&self) -> u64 {
+        self.peak_rss.saturating_sub(self.baseline_rss)
+    }
+}
+
+fn main() -> Result<(), BoxError> {
+    let args = Args::parse();
+    for t in &args.types {
+        column_of(t)?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(&args))
+}
+
+async fn run(args: &Args) -> Result<(), BoxError> {
+    let temp = tempfile::tempdir()?;
+    let root = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
+    std::fs::create_dir_all(&root)?;
+    let source = root.join("source");
+    let rows = args.rows();
+    let started = Instant::now();
+    let mut dataset = open_or_create(&uri(&source), DEFAULT_DIM).await?;
+    append_synthetic(&mut dataset, rows, args.fragment_rows, 0, DEFAULT_DIM).await?;
+    let fragments = dataset.fragments().len();
+    drop(dataset);
+    emit(json!({
+        "benchmark": "index_bench_load",
+        "rows": rows,
+        "fragment_rows": args.fragment_rows,
+        "fragments": fragments,
+        "load_ms": started.elapsed().as_secs_f64() * 1e3,
+    }));
+
+    let baseline = compact_copy_without_index(&source, &root.join("baseline")).await?;
+    emit(json!({
+        "benchmark": "index_bench_compaction_without_index",
+        "rows": rows,
+        "fragments_before": fragments,
+        "fragments_after": baseline.fragments_after,
+        "compact_ms": baseline.ms,
+        "peak_extra_rss_bytes": baseline.extra_rss(),
+    }));
+    for index_type in &args.types {
+        bench_type(args, index_type, &source, &root, &baseline, rows).await?;
+    }
+    Ok(())
+}
+
+fn uri(path: &Path) -> String {
+    path.to_string_lossy().to_string()
+}
+
+/// Copies the source dataset directory, so every scenario starts from identical files.
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    if to.exists() {
+        std::fs::remove_dir_all(to)?;
+    }
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+async fn compact_copy_without_index(source: &Path, at: &Path) -> Result<CompactionRun, BoxError> {
+    copy_dir(source, at)?;
+    let mut dataset = Dataset::open(&uri(at)).await?;
+    let run = compact(&mut dataset).await?;
+    drop(dataset);
+    std::fs::remove_dir_all(at)?;
+    Ok(run)
+}
+
+async fn compact(dataset: &mut Dataset) -> Result<CompactionRun, BoxError> {
+    reset_peak_rss();
+    let baseline_rss = current_rss_bytes();
+    let started = Instant::now();
+    let metrics = compact_files(dataset, &CompactionOptions::default(), None).await?;
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let peak_rss = peak_rss_bytes();
+    if metrics.committed_version.is_none() {
+        return Err("compaction committed nothing".into());
+    }
+    Ok(CompactionRun {
+        ms,
+        baseline_rss,
+        peak_rss,
+        fragments_after: dataset.fragments().len(),
+    })
+}
+
+fn params(args: &Args, index_type: &str) -> IndexParams {
+    IndexParams {
+        partitions: (index_type == "ivf_flat")
+            .then_some(args.ivf_partitions)
+            .flatten(),
+        ..IndexParams::default()
+    }
+}
+
+async fn bench_type(
+    args: &Args,
+    index_type: &str,
+    source: &Path,
+    root: &Path,
+    baseline: &CompactionRun,
+    rows: u64,
+) -> Result<(), BoxError> {
+    let column = column_of(index_type)?;
+    let params = params(args, index_type);
+    let at = root.join(format!("with_{index_type}"));
+    copy_dir(source, &at)?;
+    let dataset = Dataset::open(&uri(&at)).await?;
+
+    let started = Instant::now();
+    let mut dataset = create_index(&dataset, index_type, column, index_type, &params).await?;
+    let build_ms = started.elapsed().as_secs_f64() * 1e3;
+    let segment_before = segment_uuids(&dataset, index_type);
+
+    let run = compact(&mut dataset).await?;
+    let segment_after = segment_uuids(&dataset, index_type);
+    let remapped = !segment_after.is_empty() && segment_after != segment_before;
+
+    // A second compaction without any index right after this one tells the
+    // run-to-run noise of the difference below.
+    let baseline_again = compact_copy_without_index(source, &root.join("baseline_again")).await?;
+    let without_ms = (baseline.ms + baseline_again.ms) / 2.0;
+
+    let query_matches = post_compaction_query_matches(&dataset, index_type).await?;
+
+    let started = Instant::now();
+    let rebuilt_name = format!("{index_type}_rebuilt");
+    let dataset = create_index(&dataset, &rebuilt_name, column, index_type, &params).await?;
+    let rebuild_ms = started.elapsed().as_secs_f64() * 1e3;
+    drop(dataset);
+    std::fs::remove_dir_all(&at)?;
+
+    let remap_ms = run.ms - without_ms;
+    let ratio = remap_ms / rebuild_ms;
+    let remap_extra_rss = run.extra_rss().saturating_sub(baseline.extra_rss());
+    let rss_per_row = remap_extra_rss as f64 / rows as f64;
+    let target = if index_type == "ivf_flat" {
+        REMAP_TARGET_IVF
+    } else {
+        REMAP_TARGET
+    };
+    emit(json!({
+        "benchmark": "index_remap",
+        "index_type": index_type,
+        "column": column,
+        "rows": rows,
+        "fragment_rows": args.fragment_rows,
+        "build_ms": build_ms,
+        "compact_with_index_ms": run.ms,
+        "compact_without_index_ms": [baseline.ms, baseline_again.ms],
+        "remap_ms": remap_ms,
+        "rebuild_ms": rebuild_ms,
+        "remap_over_rebuild": ratio,
+        "remap_target": target,
+        "remap_target_met": ratio <= target,
+        "compact_with_index_peak_extra_rss_bytes": run.extra_rss(),
+        "compact_without_index_peak_extra_rss_bytes": baseline.extra_rss(),
+        "remap_extra_rss_bytes": remap_extra_rss,
+        "remap_extra_rss_bytes_per_row": rss_per_row,
+        "rss_target_bytes_per_row": RSS_TARGET_BYTES_PER_ROW,
+        "rss_target_met": rss_per_row <= RSS_TARGET_BYTES_PER_ROW,
+        "segment_remapped_inline": remapped,
+        "post_compaction_query_matches_scan": query_matches,
+        "fragments_after": run.fragments_after,
+    }));
+    Ok(())
+}
+
+fn segment_uuids(dataset: &Dataset, name: &str) -> Vec<String> {
+    list_indices(dataset)
+        .into_iter()
+        .filter(|i| i.name == name)
+        .flat_map(|i| i.segments.into_iter().map(|s| s.uuid.to_string()))
+        .collect()
+}
+
+/// One indexed query on the compacted dataset against the same query forced to a scan.
+async fn post_compaction_query_matches(
+    dataset: &Dataset,
+    index_type: &str,
+) -> Result<bool, BoxError> {
+    let query = Query::new(dataset).project(&["id"]);
+    let query = match index_type {
+        "btree" => query.filter("id >= 1000 AND id < 1100")?,
+        "bitmap" => query.filter("category = 3 AND id < 5000")?,
+        "ngram" => query.filter("contains(text, 'obsid') AND id < 5000")?,
+        "ivf_flat" => {
+            let vector = first_vector(dataset).await?;
+            // Every partition: the indexed answer must equal the exact one.
+            query.nearest("vec", &vector, 10, usize::MAX)
+        }
+        other => return Err(format!("unknown index type '{other}'").into()),
+    };
+    let indexed = query.clone().execute().await?;
+    let scanned = query.use_index(false).execute().await?;
+    Ok(indexed.explain.index.is_some() && indexed.batch == scanned.batch)
+}
+
+async fn first_vector(dataset: &Dataset) -> Result<Vec<f32>, BoxError> {
+    let batch: RecordBatch = dataset
+        .scan()
+        .project(&["vec"])
+        .limit(1)
+        .try_into_batch()
+        .await?;
+    let list = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<FixedSizeListArray>()
+        .ok_or("vec is not a fixed-size list")?;
+    if list.is_empty() {
+        return Err("empty dataset".into());
+    }
+    let value = list.value(0);
+    let values = value
+        .as_any()
+        .downcast_ref::<Float32Array>()
+        .ok_or("vec items are not f32")?;
+    Ok(values.values().to_vec())
+}
