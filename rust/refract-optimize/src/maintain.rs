@@ -5,8 +5,15 @@
 //! deferred), remap catches eligible segments up with them, and trim then
 //! drops the history nobody translates through. A round that commits nothing
 //! is a fixed point: running again would change nothing either.
+//!
+//! With `reindex`, every user index also gets a segment for the live fragments
+//! no segment stores directly (new data, and destinations a partially
+//! covering segment cannot claim) before the trim: the older segments become
+//! superseded, `trim_fri` prunes them and drains the history they pinned.
 
 use refract_core::{Error, Result};
+use refract_index::manage::user_segments;
+use refract_index::{optimize_indices_with, IndexParams};
 use refract_table::Dataset;
 use serde::Serialize;
 
@@ -24,6 +31,8 @@ pub struct MaintainOptions {
     pub compaction: Option<CompactionOptions>,
     /// Remap options.
     pub remap: RemapOptions,
+    /// Index the live fragments no segment stores directly (after the remap).
+    pub reindex: bool,
     /// Repeat rounds until one commits nothing (at most `max_rounds`).
     pub until_noop: bool,
     /// Most rounds with `until_noop` (at least 1).
@@ -35,6 +44,7 @@ impl Default for MaintainOptions {
         Self {
             compaction: Some(CompactionOptions::default()),
             remap: RemapOptions::default(),
+            reindex: false,
             until_noop: false,
             max_rounds: DEFAULT_MAX_ROUNDS,
         }
@@ -48,6 +58,8 @@ pub struct MaintainRound {
     pub compaction: CompactionMetrics,
     /// Index remap.
     pub remap: RemapReport,
+    /// Indices that got a new segment from `reindex`.
+    pub reindexed: Vec<String>,
     /// FRI trim.
     pub trim: TrimReport,
 }
@@ -57,6 +69,7 @@ impl MaintainRound {
     pub fn is_noop(&self) -> bool {
         self.compaction.committed_version.is_none()
             && self.remap.committed_version.is_none()
+            && self.reindexed.is_empty()
             && self.trim.is_noop()
     }
 }
@@ -91,10 +104,16 @@ pub async fn maintain(dataset: &mut Dataset, options: MaintainOptions) -> Result
             None => CompactionMetrics::default(),
         };
         let remap = remap_indices(dataset, options.remap.clone()).await?;
+        let reindexed = if options.reindex {
+            reindex(dataset, &options.remap).await?
+        } else {
+            Vec::new()
+        };
         let trim = trim_fri(dataset).await?;
         let round = MaintainRound {
             compaction,
             remap,
+            reindexed,
             trim,
         };
         let noop = round.is_noop();
@@ -106,4 +125,31 @@ pub async fn maintain(dataset: &mut Dataset, options: MaintainOptions) -> Result
     }
     report.final_version = dataset.version();
     Ok(report)
+}
+
+/// Adds a segment to every selected user index for the live fragments none
+/// of its segments stores; returns the indices that got one.
+async fn reindex(dataset: &mut Dataset, options: &RemapOptions) -> Result<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
+    for meta in user_segments(&dataset.manifest().indices) {
+        let selected = options
+            .names
+            .as_ref()
+            .is_none_or(|n| n.contains(&meta.name));
+        if selected && !names.contains(&meta.name) {
+            names.push(meta.name.clone());
+        }
+    }
+    let mut reindexed = Vec::new();
+    for name in names {
+        let before = dataset.version();
+        let next =
+            optimize_indices_with(dataset, &options.registry, &name, &IndexParams::default())
+                .await?;
+        if next.version() != before {
+            reindexed.push(name);
+            *dataset = next;
+        }
+    }
+    Ok(reindexed)
 }
