@@ -13,7 +13,10 @@ use refract_reader::rowmap::{ChunkCacheMode, RowMapReader, RowMapSource};
 use refract_table::transaction::Operation;
 use refract_table::Dataset;
 
-use super::common::addressed_ids;
+#[path = "fri_common.rs"]
+pub mod common;
+
+use common::addressed_ids;
 
 /// The destinations the latest commit (a Partition) wrote.
 pub fn destinations(dataset: &Dataset) -> Vec<u64> {

@@ -1,12 +1,10 @@
 //! Stable partition rewrites: order within destinations, full content,
 //! positional replacement, row maps, empty destinations, errors, conflicts.
 
-#[path = "fri_common.rs"]
-mod common;
 #[path = "partition_common.rs"]
 mod partition_common;
 
-use common::*;
+use partition_common::common::*;
 use partition_common::*;
 use refract_core::{DeletionVector, Error};
 use refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;

@@ -1,12 +1,10 @@
 //! A large stable partition whose row map validates and translates every
 //! source row onto a destination row with the same content.
 
-#[path = "fri_common.rs"]
-mod common;
 #[path = "partition_common.rs"]
 mod partition_common;
 
-use common::*;
+use partition_common::common::*;
 use partition_common::*;
 use refract_optimize::fri::{partition_fragments, PartitionBy, PartitionOptions};
 
