@@ -247,7 +247,21 @@ impl Dataset {
     /// A reader over the fragment's data file.
     pub async fn fragment_reader(&self, fragment: &Fragment) -> Result<LanceFileReader> {
         let file = single_data_file(fragment)?;
-        LanceFileReader::open(&self.store, &file.path, Some(file.size_bytes)).await
+        let reader = LanceFileReader::open(&self.store, &file.path, Some(file.size_bytes)).await?;
+        // The manifest's row count is a claim; the file decides what can be read.
+        if reader.num_rows() != fragment.physical_rows {
+            return Err(Error::corrupt(
+                "manifest",
+                format!(
+                    "fragment {} records {} rows but {} holds {}",
+                    fragment.id,
+                    fragment.physical_rows,
+                    file.path,
+                    reader.num_rows()
+                ),
+            ));
+        }
+        Ok(reader)
     }
 
     /// Loads (through the session cache) and validates the manifest of `version`.

@@ -204,9 +204,36 @@ pub(crate) fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
 
 /// Decodes an Arrow IPC schema stream (flatbuffers are verified by arrow).
 pub(crate) fn decode_schema(bytes: &[u8]) -> Result<SchemaRef> {
-    let reader = StreamReader::try_new(Cursor::new(bytes), None)
+    check_schema_framing(bytes)?;
+    // arrow-ipc verifies the flatbuffer but panics on values it does not support
+    // (e.g. an Int of bit width 91). Decoding touches only `bytes` and locals,
+    // so a caught panic leaves no broken state behind: report it as Corrupt.
+    let decoded = std::panic::catch_unwind(|| StreamReader::try_new(Cursor::new(bytes), None))
+        .map_err(|_| Error::corrupt("manifest", "schema holds an unsupported Arrow type"))?;
+    let reader = decoded
         .map_err(|err| Error::corrupt("manifest", format!("schema does not decode: {err}")))?;
     Ok(reader.schema())
+}
+
+/// The IPC stream reader allocates the length its first message claims before
+/// reading it; refuse a claim larger than the bytes present, so a few hostile
+/// bytes cannot make it allocate gigabytes.
+fn check_schema_framing(bytes: &[u8]) -> Result<()> {
+    const CONTINUATION: [u8; 4] = [0xFF; 4];
+    let rest = bytes.strip_prefix(&CONTINUATION[..]).unwrap_or(bytes);
+    let claimed = rest
+        .get(..4)
+        .and_then(|prefix| <[u8; 4]>::try_from(prefix).ok())
+        .map(i32::from_le_bytes)
+        .ok_or_else(|| corrupt("schema is truncated before its length prefix".into()))?;
+    // `rest` holds at least the 4 prefix bytes (the `get` above succeeded).
+    let available = rest.len() - 4;
+    match usize::try_from(claimed) {
+        Ok(claimed) if claimed <= available => Ok(()),
+        _ => Err(corrupt(format!(
+            "schema message claims {claimed} bytes but only {available} follow"
+        ))),
+    }
 }
 
 fn corrupt(message: String) -> Error {
