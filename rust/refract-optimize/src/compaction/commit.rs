@@ -115,7 +115,7 @@ fn index_hook(
     results: &[RewriteResult],
 ) -> Result<Option<Box<dyn CommitHook>>> {
     if options.defer_index_remap {
-        return Ok(None);
+        return Ok(Some(crate::fri::deferred::deferred_remap_hook()));
     }
     let registry = Arc::new(IndexRegistry::with_builtins());
     Ok(Some(Box::new(InlineRemapHook::new(results, registry)?)))
