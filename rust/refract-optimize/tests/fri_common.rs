@@ -233,6 +233,11 @@ pub async fn ledger_of(dataset: &Dataset) -> Option<Ledger> {
         .map(|(_, ledger)| ledger)
 }
 
+/// Same as [`ledger_of`] (name used by other test files).
+pub async fn ledger(dataset: &Dataset) -> Option<Ledger> {
+    ledger_of(dataset).await
+}
+
 pub fn is_not_supported_upgrade(err: &Error) -> bool {
     matches!(err, Error::NotSupported { message } if message.contains("upgrade to a writer supporting tagged histories"))
 }
