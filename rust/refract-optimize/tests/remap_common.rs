@@ -2,7 +2,7 @@
 //! `#[path]`; it mounts the FRI writer fixtures as `fri_common`).
 #![allow(dead_code)]
 
-#[path = "fri_common.rs"]
+#[path = "remap_tables.rs"]
 pub mod fri_common;
 
 use std::collections::HashMap;

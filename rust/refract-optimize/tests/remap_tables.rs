@@ -1,0 +1,184 @@
+//! Table fixtures shared by the remap / trim / maintain tests (a copy of the
+//! FRI writer fixtures this suite depends on, so the suites evolve apart).
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, UInt64Type};
+use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use futures::TryStreamExt;
+use refract_core::Result;
+use refract_ledger::Ledger;
+use refract_optimize::fri::load_ledger;
+use refract_table::transaction::{Operation, RewriteGroup, Transaction};
+use refract_table::{CommitHook, Dataset, OpenOptions, WriteOptions};
+use roaring::RoaringTreemap;
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+pub const DIM: i32 = 2;
+
+/// A fresh, uniquely named in-memory dataset URI.
+pub fn memory_uri(name: &str) -> String {
+    format!(
+        "memory://remap-{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("cat", DataType::Int32, true),
+        Field::new("name", DataType::Utf8, true),
+        Field::new(
+            "vector",
+            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), DIM),
+            true,
+        ),
+    ]))
+}
+
+/// Rows `start..start + n`: id = i, cat = i % 5 (null when i % 13 == 0),
+/// name = "row-i", vector = [i, -i].
+pub fn rows(start: i64, n: usize) -> RecordBatch {
+    let ids: Vec<i64> = (start..start + n as i64).collect();
+    let cats: Int32Array = ids
+        .iter()
+        .map(|i| (i % 13 != 0).then_some((i % 5) as i32))
+        .collect();
+    let names: StringArray = ids.iter().map(|i| Some(format!("row-{i}"))).collect();
+    let mut vectors = FixedSizeListBuilder::new(Float32Builder::new(), DIM);
+    for i in &ids {
+        vectors.values().append_value(*i as f32);
+        vectors.values().append_value(-(*i as f32));
+        vectors.append(true);
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids)),
+        Arc::new(cats),
+        Arc::new(names),
+        Arc::new(vectors.finish()),
+    ];
+    RecordBatch::try_new(schema(), columns).unwrap()
+}
+
+pub fn write_options(rows_per_file: u64) -> WriteOptions {
+    WriteOptions {
+        max_rows_per_file: rows_per_file,
+        ..WriteOptions::default()
+    }
+}
+
+/// A dataset with ids `0..n` in fragments of `per_file` rows (ids 1, 2, …).
+pub async fn dataset_with_rows(name: &str, n: usize, per_file: u64) -> Dataset {
+    let mut dataset = Dataset::create(&memory_uri(name), schema(), OpenOptions::default())
+        .await
+        .unwrap();
+    dataset
+        .append(vec![rows(0, n)], &write_options(per_file))
+        .await
+        .unwrap();
+    dataset
+}
+
+/// (row address, id) of every live row of `fragments`, in scan order.
+pub async fn addressed_ids(dataset: &Dataset, fragments: &[u64]) -> Vec<(u64, i64)> {
+    let batches: Vec<RecordBatch> = dataset
+        .scan()
+        .fragments(fragments)
+        .project(&["id"])
+        .with_row_address()
+        .try_into_stream()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    batches
+        .iter()
+        .flat_map(|b| {
+            let ids = b.column(0).as_primitive::<Int64Type>().values().to_vec();
+            let addrs = b.column(1).as_primitive::<UInt64Type>().values().to_vec();
+            addrs.into_iter().zip(ids).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+pub fn fragment_ids(dataset: &Dataset) -> Vec<u64> {
+    dataset.fragments().iter().map(|f| f.id).collect()
+}
+
+/// An ordered compaction of each run into `outputs` new fragments: live rows
+/// in scan order, survivors captured as row addresses. Files are written, the
+/// groups are not committed.
+pub async fn plan_rewrite(dataset: &Dataset, runs: &[Vec<u64>], outputs: u64) -> Vec<RewriteGroup> {
+    let mut groups = Vec::new();
+    for run in runs {
+        let batches: Vec<RecordBatch> = dataset
+            .scan()
+            .fragments(run)
+            .with_row_address()
+            .try_into_stream()
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        let mut surviving = RoaringTreemap::new();
+        let mut data = Vec::new();
+        let mut live = 0u64;
+        for batch in &batches {
+            let addrs = batch.column(4).as_primitive::<UInt64Type>();
+            surviving.extend(addrs.values().iter().copied());
+            live += batch.num_rows() as u64;
+            data.push(batch.project(&[0, 1, 2, 3]).unwrap());
+        }
+        let per_file = live.div_ceil(outputs).max(1);
+        let new_fragments = dataset
+            .write_fragments(
+                futures::stream::iter(data.into_iter().map(Ok)),
+                &write_options(per_file),
+            )
+            .await
+            .unwrap();
+        let mut bytes = Vec::new();
+        surviving.serialize_into(&mut bytes).unwrap();
+        groups.push(RewriteGroup {
+            old_fragment_ids: run.clone(),
+            new_fragments,
+            surviving_old_addresses: Some(bytes),
+        });
+    }
+    groups
+}
+
+/// Commits `groups` as a Rewrite read at `dataset`'s version.
+pub async fn commit_rewrite(
+    dataset: &Dataset,
+    groups: Vec<RewriteGroup>,
+    hook: Option<&dyn CommitHook>,
+) -> Result<Dataset> {
+    let txn = Transaction::new(
+        dataset.version(),
+        Operation::Rewrite {
+            groups,
+            new_indices: vec![],
+            removed_index_uuids: vec![],
+        },
+    );
+    dataset.commit_transaction(txn, hook).await
+}
+
+/// The ledger of the dataset's FRI entry.
+pub async fn ledger(dataset: &Dataset) -> Option<Ledger> {
+    load_ledger(dataset)
+        .await
+        .unwrap()
+        .map(|(_, ledger)| ledger)
+}
