@@ -242,3 +242,129 @@ fn resolve_transitions(
     }
     resolved
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
+    use roaring::RoaringTreemap;
+    use uuid::Uuid;
+
+    /// An ordered compaction of `sources` (10 rows each, none deleted) into
+    /// `destinations` (rows split evenly).
+    fn oc(sources: &[u64], destinations: &[u64]) -> TransitionRecord {
+        let total = sources.len() as u64 * 10;
+        let each = total / destinations.len() as u64;
+        let mut surviving = RoaringTreemap::new();
+        for s in sources {
+            surviving.insert_range((s << 32)..(s << 32) + 10);
+        }
+        TransitionRecord::new(
+            sources
+                .iter()
+                .map(|s| FragmentDigest::new(*s, 10, 0))
+                .collect(),
+            destinations
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let rows = if i + 1 == destinations.len() {
+                        total - each * i as u64
+                    } else {
+                        each
+                    };
+                    FragmentDigest::new(*d, rows, 0)
+                })
+                .collect(),
+            Mapping::OrderedCompaction { surviving },
+            1,
+        )
+        .unwrap()
+    }
+
+    fn history(records: Vec<TransitionRecord>) -> FriHistory {
+        let mut ledger = Ledger::new();
+        for r in records {
+            ledger.push_transition(r).unwrap();
+        }
+        FriHistory::from_ledger(Uuid::nil(), &ledger).unwrap()
+    }
+
+    fn seg(version: u64, fragments: Option<&[u32]>) -> IndexMetadata {
+        IndexMetadata {
+            uuid: Uuid::new_v4(),
+            name: "idx".into(),
+            fields: vec!["x".into()],
+            fragment_bitmap: fragments.map(|f| f.iter().copied().collect()),
+            index_type: "btree".into(),
+            details: vec![],
+            index_version: 0,
+            dataset_version: version,
+        }
+    }
+
+    fn bitmap(ids: &[u32]) -> RoaringBitmap {
+        ids.iter().copied().collect()
+    }
+
+    fn ids(b: &RoaringBitmap) -> Vec<u32> {
+        b.iter().collect()
+    }
+
+    #[test]
+    fn destinations_need_every_source_and_keep_their_own_resolution() {
+        // {1} -> {10}; {2, 3} -> {11}; the segment covers 1 and 2 only.
+        let h = history(vec![oc(&[1], &[10]), oc(&[2, 3], &[11])]);
+        let plan = plan_index(&h, &bitmap(&[10, 11]), &[seg(1, Some(&[1, 2]))]);
+        let s = &plan.segments[0];
+        assert_eq!(ids(&s.coverage), vec![10]);
+        assert_eq!(s.disposition, Disposition::Translate);
+        assert_eq!(s.hops, 1);
+        assert_eq!(ids(&plan.claimed), vec![1, 2]);
+    }
+
+    #[test]
+    fn the_newest_segment_claims_shared_fragments() {
+        let h = history(vec![oc(&[1, 2], &[10])]);
+        let old = seg(1, Some(&[1, 2, 3]));
+        let new = seg(2, Some(&[2, 3]));
+        let plan = plan_index(&h, &bitmap(&[10, 3]), &[old, new]);
+        assert_eq!(ids(&plan.segments[0].owned), vec![1]);
+        assert_eq!(ids(&plan.segments[1].owned), vec![2, 3]);
+        // 10 mixes rows of both; 3 is the newer one's alone.
+        assert_eq!(ids(&plan.segments[0].coverage), vec![10]);
+        assert_eq!(ids(&plan.segments[1].coverage), vec![3, 10]);
+    }
+
+    #[test]
+    fn untouched_live_segments_take_the_identity_path() {
+        let h = history(vec![oc(&[1], &[10])]);
+        let plan = plan_index(&h, &bitmap(&[10, 5]), &[seg(1, Some(&[5]))]);
+        assert_eq!(plan.segments[0].disposition, Disposition::Identity);
+        assert_eq!(ids(&plan.segments[0].coverage), vec![5]);
+    }
+
+    #[test]
+    fn unknown_coverage_is_excluded() {
+        let h = history(vec![oc(&[1], &[10])]);
+        let plan = plan_index(&h, &bitmap(&[10]), &[seg(1, None)]);
+        assert_eq!(
+            plan.segments[0].disposition,
+            Disposition::Excluded(Exclusion::UnknownCoverage)
+        );
+        assert!(plan.segments[0].coverage.is_empty());
+    }
+
+    #[test]
+    fn a_newer_claim_on_an_intermediate_cuts_older_paths() {
+        // 1 -> 2 -> 3; the old segment holds 1, the new one 2.
+        let h = history(vec![oc(&[1], &[2]), oc(&[2], &[3])]);
+        let plan = plan_index(&h, &bitmap(&[3]), &[seg(1, Some(&[1])), seg(2, Some(&[2]))]);
+        assert_eq!(
+            plan.segments[0].disposition,
+            Disposition::Excluded(Exclusion::NoDerivedCoverage)
+        );
+        assert_eq!(ids(&plan.segments[1].coverage), vec![3]);
+        assert_eq!(plan.segments[1].hops, 1);
+    }
+}
