@@ -65,7 +65,7 @@ fn run(rng: &mut Rng, t: &Table, max: usize) -> Vec<u64> {
 async fn random_histories_always_match_a_scan(#[case] seed: u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut t = Table::new(5, 40).await;
-    t.storage = if seed % 2 == 0 {
+    t.storage = if seed.is_multiple_of(2) {
         Storage::External
     } else {
         Storage::Inline
