@@ -310,8 +310,15 @@ async fn large_ledgers_are_stored_externally(#[case] rows: u64, #[case] storage:
     let size = ledger.encode_content().unwrap().len();
     assert_eq!(size > MAX_INLINE_BYTES, storage == "external");
     let installed = install(&dataset, &ledger).await;
+    installed.store().reset_stats();
     let (_, loaded) = load_ledger(&installed).await.unwrap().unwrap();
     assert_eq!(loaded, ledger);
+    // The store counts requests: one ranged read for external content, none inline.
+    let stats = installed.store().stats();
+    assert_eq!(
+        stats.gets + stats.get_ranges,
+        u64::from(storage == "external")
+    );
     let description = describe_fri(&installed).await.unwrap();
     assert_eq!(description.storage, storage);
     assert_eq!(description.size_bytes, size as u64);
@@ -350,4 +357,54 @@ async fn describe_without_history_reports_none() {
     assert!(description.fri_uuid.is_none());
     assert!(description.transitions.is_empty());
     assert!(!description.fri_flag);
+}
+
+/// External details pointing at `path` with `offset` and `size`.
+fn external_details(path: &str, offset: u64, size: u64) -> Vec<u8> {
+    let mut file = Vec::new();
+    pb::field_bytes(1, path.as_bytes(), &mut file);
+    pb::field_varint(2, offset, &mut file);
+    pb::field_varint(3, size, &mut file);
+    let mut details = Vec::new();
+    pb::field_bytes(2, &file, &mut details);
+    pb::field_varint(3, 1, &mut details);
+    details
+}
+
+#[rstest]
+#[case::other_directory(
+    "_indices/00000000-0000-0000-0000-000000000000/details.binpb",
+    0,
+    10,
+    "escape"
+)]
+#[case::parent("_indices/{uuid}/../../data/x.lance", 0, 10, "escape")]
+#[case::overflow("_indices/{uuid}/details.binpb", u64::MAX, 2, "corrupt")]
+#[tokio::test]
+async fn bad_external_references_fail_before_any_read(
+    #[case] path: &str,
+    #[case] offset: u64,
+    #[case] size: u64,
+    #[case] kind: &str,
+) {
+    let dataset = dataset_with_rows("badref", 100, 100).await;
+    let mut entry = raw_fri_entry(Vec::new(), 1, dataset.version());
+    let path = path.replace("{uuid}", &entry.uuid.hyphenated().to_string());
+    entry.details = external_details(&path, offset, size);
+    let mut manifest = (**dataset.manifest()).clone();
+    manifest.indices.push(entry);
+    dataset.store().reset_stats();
+    let err = refract_table::commit::fri_entry::load_ledger_of(dataset.store(), &manifest)
+        .await
+        .unwrap_err();
+    match kind {
+        "escape" => assert!(matches!(err, Error::PathEscape { .. }), "{err}"),
+        _ => assert!(matches!(err, Error::Corrupt { .. }), "{err}"),
+    }
+    let stats = dataset.store().stats();
+    assert_eq!(
+        (stats.gets, stats.get_ranges),
+        (0, 0),
+        "no I/O before the checks"
+    );
 }
