@@ -175,6 +175,70 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = RowFormat::Table)]
         format: RowFormat,
     },
+    /// Stable-partition fragments into destinations by a column (hash buckets).
+    Partition {
+        /// Dataset URI.
+        uri: String,
+        /// Column whose value picks the destination.
+        #[arg(long)]
+        by: String,
+        /// Number of destinations.
+        #[arg(long)]
+        destinations: u32,
+        /// A contiguous run of fragment ids (default: every fragment).
+        #[arg(long, value_delimiter = ',')]
+        fragments: Option<Vec<u64>>,
+        /// Print the metrics as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Describe the fragment-reuse-index ledger.
+    Fri {
+        /// Dataset URI.
+        uri: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rewrite eligible index segments onto current row addresses.
+    Remap {
+        /// Dataset URI.
+        uri: String,
+        /// Only this index.
+        #[arg(long)]
+        name: Option<String>,
+        /// Memory budget of the materialized fallback for legacy plugins.
+        #[arg(long)]
+        budget_bytes: Option<u64>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove FRI history no index segment still needs.
+    Trim {
+        /// Dataset URI.
+        uri: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compaction, then remap, then trim; optionally until nothing changes.
+    Maintain {
+        /// Dataset URI.
+        uri: String,
+        /// Compaction options.
+        #[command(flatten)]
+        options: CompactArgs,
+        /// Repeat rounds until one commits nothing.
+        #[arg(long)]
+        until_noop: bool,
+        /// Also index live fragments no segment stores directly.
+        #[arg(long)]
+        reindex: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Commit task results (in any order) as one compaction.
     CompactCommit {
         /// Dataset URI.

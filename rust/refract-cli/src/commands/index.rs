@@ -1,6 +1,9 @@
 //! `create-index`, `optimize-indices` and `query`.
 
+use std::sync::Arc;
+
 use refract_core::{Error, Result};
+use refract_reader::FriResolver;
 use refract_index::manage::{create_index, list_indices, optimize_indices};
 use refract_index::query::{Explain, Query};
 use refract_index::types::IndexParams;
@@ -63,7 +66,9 @@ pub struct QueryRequest {
 
 /// Builds the query `request` describes on `dataset`.
 pub fn build_query(dataset: &Dataset, request: &QueryRequest) -> Result<Query> {
-    let mut query = Query::new(dataset);
+    // Segments that still store pre-rewrite addresses are served through the
+    // FRI reader (translation) instead of being dropped to a scan.
+    let mut query = Query::new(dataset).with_resolver(Arc::new(FriResolver::from_env()));
     if let Some(filter) = &request.filter {
         query = query.filter(filter)?;
     }

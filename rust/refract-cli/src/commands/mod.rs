@@ -2,6 +2,7 @@
 
 mod compact;
 pub mod data;
+pub mod fri;
 pub mod index;
 mod demo;
 mod inspect;
@@ -85,6 +86,28 @@ pub async fn run(command: Command) -> Result<()> {
             };
             index::query(&uri, &request, explain, format).await
         }
+        Command::Partition {
+            uri,
+            by,
+            destinations,
+            fragments,
+            json,
+        } => fri::partition(&uri, &by, destinations, fragments, json).await,
+        Command::Fri { uri, json } => fri::fri(&uri, json).await,
+        Command::Remap {
+            uri,
+            name,
+            budget_bytes,
+            json,
+        } => fri::remap(&uri, name, budget_bytes, json).await,
+        Command::Trim { uri, json } => fri::trim(&uri, json).await,
+        Command::Maintain {
+            uri,
+            options,
+            until_noop,
+            reindex,
+            json,
+        } => fri::run_maintain(&uri, &options, until_noop, reindex, json).await,
         Command::CompactCommit { uri, results, json } => {
             compact::compact_commit(&uri, &results, json).await
         }

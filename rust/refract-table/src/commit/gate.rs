@@ -85,12 +85,12 @@ pub(crate) async fn admit(latest: &Dataset, candidate: &mut Manifest) -> Result<
                 Admission::MaintainsUserIndices
             }
         }
-        Operation::Rewrite {
-            removed_index_uuids,
-            ..
-        } => {
+        Operation::Rewrite { .. } => {
             let sources = txn.operation.touched_fragment_ids();
-            classify_rewrite(latest, candidate, &sources, removed_index_uuids).await?
+            // Judge what would be published: a commit hook (inline remap) may
+            // have replaced segments beyond those the transaction names.
+            let replaced = replaced_segments(latest.manifest(), candidate);
+            classify_rewrite(latest, candidate, &sources, &replaced).await?
         }
         Operation::Partition { .. } => {
             let sources = txn.operation.touched_fragment_ids();
@@ -188,6 +188,17 @@ async fn classify_history_update(latest: &Dataset, candidate: &Manifest) -> Resu
             }
         }
     }
+}
+
+/// Segments of `latest` that the candidate no longer carries.
+fn replaced_segments(latest: &Manifest, candidate: &Manifest) -> Vec<Uuid> {
+    let kept: HashSet<Uuid> = candidate.indices.iter().map(|index| index.uuid).collect();
+    latest
+        .indices
+        .iter()
+        .filter(|index| !kept.contains(&index.uuid))
+        .map(|index| index.uuid)
+        .collect()
 }
 
 /// Rewrite or Partition of `sources`.

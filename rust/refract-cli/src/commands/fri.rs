@@ -1,0 +1,172 @@
+//! `partition`, `fri`, `remap`, `trim` and `maintain`.
+
+use refract_core::{Error, Result};
+use refract_optimize::fri::describe::describe_fri;
+use refract_optimize::fri::labels::PartitionBy;
+use refract_optimize::fri::partition::{partition_fragments, PartitionOptions};
+use refract_optimize::maintain::{maintain, MaintainOptions};
+use refract_optimize::remap::report::{SegmentStatus, UnchangedReason};
+use refract_optimize::remap::{remap_indices, RemapOptions};
+use refract_optimize::trim::trim_fri;
+use refract_table::dataset::Dataset;
+use serde::Serialize;
+
+use super::compact::options_from_args;
+use crate::args::CompactArgs;
+
+fn to_json<T: Serialize>(value: &T) -> Result<String> {
+    serde_json::to_string_pretty(value).map_err(|e| Error::external("serializing the report", e))
+}
+
+/// `refract partition`.
+pub async fn partition(uri: &str, by: &str, destinations: u32, fragments: Option<Vec<u64>>, json: bool) -> Result<()> {
+    let mut dataset = Dataset::open(uri).await?;
+    let mut options = PartitionOptions::new(PartitionBy::Hash {
+        column: by.to_string(),
+        destinations,
+    });
+    options.fragments = fragments;
+    let metrics = partition_fragments(&mut dataset, options).await?;
+    if json {
+        println!("{}", to_json(&metrics)?);
+        return Ok(());
+    }
+    match metrics.committed_version {
+        Some(version) => println!(
+            "partitioned {} fragments into {} destinations ({} rows{}); version {version}",
+            metrics.fragments_removed,
+            metrics.fragments_added,
+            metrics.rows_written,
+            if metrics.transition_recorded { ", transition recorded in the FRI" } else { "" }
+        ),
+        None => println!("nothing to partition"),
+    }
+    Ok(())
+}
+
+/// `refract fri`.
+pub async fn fri(uri: &str, json: bool) -> Result<()> {
+    let dataset = Dataset::open(uri).await?;
+    let description = describe_fri(&dataset).await?;
+    if json {
+        println!("{}", to_json(&description)?);
+        return Ok(());
+    }
+    let Some(uuid) = &description.fri_uuid else {
+        println!("no FRI (fri flag: {})", description.fri_flag);
+        return Ok(());
+    };
+    println!(
+        "FRI {uuid}: index_version {:?}, {} ({} bytes), fri flag {}, {} legacy version(s), {} transition(s){}",
+        description.index_version,
+        description.storage,
+        description.size_bytes,
+        description.fri_flag,
+        description.legacy_versions,
+        description.transitions.len(),
+        if description.has_unsupported_transitions { ", has unsupported transitions" } else { "" }
+    );
+    for transition in &description.transitions {
+        let ids = |digests: &[refract_optimize::fri::describe::DigestDescription]| {
+            digests.iter().map(|d| d.id).collect::<Vec<_>>()
+        };
+        println!(
+            "  {} {:?} -> {:?} fingerprint {}{}",
+            transition.kind,
+            ids(&transition.sources),
+            ids(&transition.destinations),
+            &transition.fingerprint[..16.min(transition.fingerprint.len())],
+            transition.map_id.as_ref().map(|id| format!(" map {id}")).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+fn remap_options(name: Option<String>, budget_bytes: Option<u64>) -> RemapOptions {
+    let mut options = RemapOptions::default();
+    options.names = name.map(|n| vec![n]);
+    if let Some(budget) = budget_bytes {
+        options.budget_bytes = budget;
+    }
+    options
+}
+
+/// `refract remap`.
+pub async fn remap(uri: &str, name: Option<String>, budget_bytes: Option<u64>, json: bool) -> Result<()> {
+    let mut dataset = Dataset::open(uri).await?;
+    let report = remap_indices(&mut dataset, remap_options(name, budget_bytes)).await?;
+    if json {
+        println!("{}", to_json(&report)?);
+        return Ok(());
+    }
+    println!(
+        "remapped {} segment(s), skipped {}, left translating (partial coverage) {}; {}",
+        report.remapped(),
+        report.skipped(),
+        report.unchanged(UnchangedReason::PartialCoverage),
+        report
+            .committed_version
+            .map_or("nothing committed".to_string(), |v| format!("version {v}"))
+    );
+    for segment in &report.segments {
+        let status = match &segment.status {
+            SegmentStatus::Remapped { transitions, coverage, .. } => {
+                format!("remapped through {transitions} transition(s), coverage {coverage:?}")
+            }
+            SegmentStatus::Skipped { reason, message } => format!("skipped ({reason:?}): {message}"),
+            SegmentStatus::Unchanged { reason, message } => format!("unchanged ({reason:?}): {message}"),
+        };
+        println!("  {} {}: {status}", segment.name, segment.uuid);
+    }
+    Ok(())
+}
+
+/// `refract trim`.
+pub async fn trim(uri: &str, json: bool) -> Result<()> {
+    let mut dataset = Dataset::open(uri).await?;
+    let report = trim_fri(&mut dataset).await?;
+    if json {
+        println!("{}", to_json(&report)?);
+        return Ok(());
+    }
+    println!(
+        "trim: {} of {} transition(s) kept, {} removed, {} row map(s) deleted, {} superseded segment(s) pruned",
+        report.transitions_kept,
+        report.transitions_before,
+        report.removed_transitions.len(),
+        report.row_maps_deleted.len(),
+        report.pruned_segments.len()
+    );
+    Ok(())
+}
+
+/// `refract maintain`.
+pub async fn run_maintain(uri: &str, args: &CompactArgs, until_noop: bool, reindex: bool, json: bool) -> Result<()> {
+    let mut dataset = Dataset::open(uri).await?;
+    let options = MaintainOptions {
+        compaction: Some(options_from_args(args)?),
+        reindex,
+        until_noop,
+        ..MaintainOptions::default()
+    };
+    let report = maintain(&mut dataset, options).await?;
+    if json {
+        println!("{}", to_json(&report)?);
+        return Ok(());
+    }
+    for (i, round) in report.rounds.iter().enumerate() {
+        println!(
+            "round {}: compaction {}, remapped {} segment(s), trim removed {} transition(s){}",
+            i + 1,
+            round
+                .compaction
+                .committed_version
+                .map_or("no-op".to_string(), |v| format!("→ version {v}")),
+            round.remap.remapped(),
+            round.trim.removed_transitions.len(),
+            if round.is_noop() { " (no-op)" } else { "" }
+        );
+    }
+    println!("converged: {}, version {}", report.converged, report.final_version);
+    Ok(())
+}
