@@ -235,3 +235,39 @@ async fn every_segment_translates_in_batches_of_at_most_64k() {
     let result = check(&t.ds, "id >= 0", ChunkCacheMode::Lazy).await;
     assert_eq!(ids_of(&result).len(), 70_000);
 }
+
+#[tokio::test]
+async fn nearest_neighbour_queries_translate_too() {
+    let mut t = Table::new(4, 60).await;
+    let params = refract_index::IndexParams {
+        partitions: Some(4),
+        ..refract_index::IndexParams::default()
+    };
+    t.ds = refract_index::create_index(&t.ds, "vec_idx", "vec", "ivf_flat", &params)
+        .await
+        .unwrap();
+    t.delete("id % 5 = 0").await;
+    t.compact(&[1, 2], 70).await;
+    t.partition(&[3, 4], 2, |id| (id % 2) as u16).await;
+    for probe in [3i64, 77, 150, 239] {
+        let vector: Vec<f32> = (0..DIM).map(|j| component(probe, j) + 0.01).collect();
+        let run = |use_index: bool| {
+            let q = refract_index::Query::new(&t.ds)
+                .nearest("vec", &vector, 10, 4)
+                .use_index(use_index)
+                .with_resolver(std::sync::Arc::new(refract_reader::FriResolver::with_mode(
+                    ChunkCacheMode::Lazy,
+                )));
+            async move { q.execute().await.unwrap() }
+        };
+        let fri = run(true).await;
+        let brute = run(false).await;
+        assert_eq!(fri.batch, brute.batch, "probe {probe}");
+        assert_eq!(fri.explain.segments.len(), 1);
+        assert!(fri.explain.segments[0].translated);
+        assert!(fri.explain.scanned_fragments.is_empty());
+        if probe % 5 != 0 {
+            assert_eq!(ids_of(&fri)[0], probe, "the nearest row is the probe's own");
+        }
+    }
+}

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use arrow::compute::{concat_batches, filter_record_batch};
 use arrow_array::{
-    Array, BooleanArray, Int64Array, RecordBatch, StringArray, UInt16Array, UInt64Array,
+    Array, BooleanArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray,
+    UInt16Array, UInt64Array,
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::TryStreamExt;
@@ -43,7 +44,24 @@ pub fn schema() -> SchemaRef {
         Field::new("id", DataType::Int64, false),
         Field::new("grp", DataType::Int64, false),
         Field::new("name", DataType::Utf8, false),
+        Field::new(
+            "vec",
+            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), DIM),
+            false,
+        ),
     ]))
+}
+
+/// Vector dimension of the `vec` column.
+pub const DIM: i32 = 4;
+
+/// Component `j` of row `id`'s vector (pseudo-random, so distances rarely tie).
+pub fn component(id: i64, j: i32) -> f32 {
+    let h = (id as u64)
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(j as u64 * 97)
+        % 10_007;
+    h as f32 / 100.0
 }
 
 /// Rows `first..first + n`: id, id % 7, "row<id>".
@@ -59,9 +77,23 @@ pub fn rows(first: i64, n: i64) -> RecordBatch {
             Arc::new(StringArray::from(
                 ids.iter().map(|i| format!("row{i}")).collect::<Vec<_>>(),
             )),
+            Arc::new(vectors(&ids)),
         ],
     )
     .unwrap()
+}
+
+fn vectors(ids: &[i64]) -> FixedSizeListArray {
+    let values: Vec<f32> = ids
+        .iter()
+        .flat_map(|id| (0..DIM).map(move |j| component(*id, j)))
+        .collect();
+    FixedSizeListArray::new(
+        Arc::new(Field::new("item", DataType::Float32, true)),
+        DIM,
+        Arc::new(Float32Array::from(values)),
+        None,
+    )
 }
 
 /// How the FRI details are stored.
@@ -353,13 +385,14 @@ impl Table {
             .await
             .unwrap();
         let addresses = batch
-            .column(3)
+            .column(schema().fields().len())
             .as_any()
             .downcast_ref::<UInt64Array>()
             .unwrap()
             .values()
             .to_vec();
-        let data = RecordBatch::try_new(schema(), batch.columns()[..3].to_vec()).unwrap();
+        let width = schema().fields().len();
+        let data = RecordBatch::try_new(schema(), batch.columns()[..width].to_vec()).unwrap();
         (data, addresses)
     }
 
