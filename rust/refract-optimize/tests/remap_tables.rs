@@ -182,3 +182,20 @@ pub async fn ledger(dataset: &Dataset) -> Option<Ledger> {
         .unwrap()
         .map(|(_, ledger)| ledger)
 }
+
+/// The `id` column of a full scan, in scan order.
+pub async fn scan_ids_of(dataset: &Dataset) -> Vec<i64> {
+    let batches: Vec<RecordBatch> = dataset
+        .scan()
+        .project(&["id"])
+        .try_into_stream()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect()
+}
