@@ -61,7 +61,7 @@ fn small_fragments(with_index: bool) -> SetupFn {
             }
             Ok(())
         }
-        .boxed()
+        .boxed_local()
     })
 }
 
@@ -82,7 +82,7 @@ fn partly_indexed() -> SetupFn {
             dataset.delete("id % 7 = 3").await?;
             Ok(())
         }
-        .boxed()
+        .boxed_local()
     })
 }
 

@@ -218,7 +218,8 @@ pub struct FaultPoint {
 }
 
 /// Brings a fresh rig to the state before the operation (runs without faults).
-pub type SetupFn = Arc<dyn Fn(FaultRig) -> BoxFuture<'static, Result<()>> + Send + Sync>;
+/// The future need not be `Send`.
+pub type SetupFn = Arc<dyn Fn(FaultRig) -> LocalBoxFuture<'static, Result<()>>>;
 /// The operation under test, given a handle on the latest version; returns the
 /// new version. The future need not be `Send` (the driver awaits it in place).
 pub type OperationFn = Arc<dyn Fn(Dataset) -> LocalBoxFuture<'static, Result<Dataset>>>;

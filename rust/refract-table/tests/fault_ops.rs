@@ -33,7 +33,7 @@ fn three_fragments() -> SetupFn {
                 .append(vec![sample_rows(0, 60)], &per_file(20))
                 .await
         }
-        .boxed()
+        .boxed_local()
     })
 }
 
@@ -47,7 +47,7 @@ fn with_deletions() -> SetupFn {
                 .await?;
             dataset.delete("id >= 20 AND id < 25").await.map(|_| ())
         }
-        .boxed()
+        .boxed_local()
     })
 }
 
