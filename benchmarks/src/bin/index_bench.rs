@@ -8,6 +8,7 @@
 //! `cargo run --release -p refract-benchmarks --bin index_bench -- [--quick] [--rows N] [--fragment-rows M] [--types btree,bitmap,ngram,ivf_flat] [--dir PATH]`
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
@@ -16,7 +17,7 @@ use refract_benchmarks::{current_rss_bytes, emit, peak_rss_bytes, reset_peak_rss
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::synthetic::DEFAULT_DIM;
 use refract_index::{create_index, list_indices, IndexParams, Query};
-use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_optimize::compaction::{compact_files, CompactionOptions, CompactionProgress};
 use refract_table::Dataset;
 use serde_json::json;
 
@@ -52,6 +53,9 @@ struct Args {
     /// ivf_flat partitions (default: the type's default, √rows).
     #[arg(long)]
     ivf_partitions: Option<u32>,
+    /// Fresh copies compacted per scenario (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
     /// Where to put the datasets (default: a temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -78,18 +82,74 @@ fn column_of(index_type: &str) -> Result<&'static str, BoxError> {
     })
 }
 
-/// One compaction's wall time and memory.
+/// One compaction's wall time and memory. The commit phase starts when the
+/// last task has finished (progress callback) and holds the inline index remap.
+#[derive(Debug, Clone, Copy)]
 struct CompactionRun {
-    ms: f64,
-    baseline_rss: u64,
-    peak_rss: u64,
+    total_ms: f64,
+    commit_ms: f64,
+    total_extra_rss: u64,
+    commit_extra_rss: u64,
     fragments_after: usize,
 }
 
-impl CompactionRun {
-    fn extra_rss(&self) -> u64 {
-        self.peak_rss.saturating_sub(self.baseline_rss)
+/// The median of `values` (NaN-free by construction: wall times).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
+}
+
+/// Runs of one scenario, summarised.
+struct Runs(Vec<CompactionRun>);
+
+impl Runs {
+    fn total_ms(&self) -> f64 {
+        median(self.0.iter().map(|r| r.total_ms).collect())
+    }
+    fn commit_ms(&self) -> f64 {
+        median(self.0.iter().map(|r| r.commit_ms).collect())
+    }
+    fn total_extra_rss(&self) -> u64 {
+        self.0.iter().map(|r| r.total_extra_rss).max().unwrap_or(0)
+    }
+    fn commit_extra_rss(&self) -> u64 {
+        self.0.iter().map(|r| r.commit_extra_rss).max().unwrap_or(0)
+    }
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "total_ms": self.0.iter().map(|r| r.total_ms).collect::<Vec<_>>(),
+            "commit_phase_ms": self.0.iter().map(|r| r.commit_ms).collect::<Vec<_>>(),
+            "total_peak_extra_rss_bytes": self.0.iter().map(|r| r.total_extra_rss).collect::<Vec<_>>(),
+            "commit_phase_peak_extra_rss_bytes": self.0.iter().map(|r| r.commit_extra_rss).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Returns freed heap memory to the OS, so a later RSS peak shows new
+/// allocations instead of reused, already resident pages.
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: glibc's malloc_trim only releases free heap pages; it has no
+        // preconditions and is thread-safe.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
+/// Starts a measured phase: trimmed heap, reset peak; returns the RSS baseline.
+fn start_phase() -> u64 {
+    trim_heap();
+    reset_peak_rss();
+    current_rss_bytes()
 }
 
 fn main() -> Result<(), BoxError> {
@@ -112,6 +172,7 @@ async fn run(args: &Args) -> Result<(), BoxError> {
     std::fs::create_dir_all(&root)?;
     let source = root.join("source");
     let rows = args.rows();
+    let repeats = args.repeats.max(1);
     let started = Instant::now();
     let mut dataset = open_or_create(&uri(&source), DEFAULT_DIM).await?;
     append_synthetic(&mut dataset, rows, args.fragment_rows, 0, DEFAULT_DIM).await?;
@@ -125,14 +186,15 @@ async fn run(args: &Args) -> Result<(), BoxError> {
         "load_ms": started.elapsed().as_secs_f64() * 1e3,
     }));
 
-    let baseline = compact_copy_without_index(&source, &root.join("baseline")).await?;
+    let (baseline, _) = compact_copies(&source, &root.join("scratch"), repeats, None).await?;
     emit(json!({
         "benchmark": "index_bench_compaction_without_index",
         "rows": rows,
         "fragments_before": fragments,
-        "fragments_after": baseline.fragments_after,
-        "compact_ms": baseline.ms,
-        "peak_extra_rss_bytes": baseline.extra_rss(),
+        "fragments_after": baseline.0.first().map(|r| r.fragments_after),
+        "median_total_ms": baseline.total_ms(),
+        "median_commit_phase_ms": baseline.commit_ms(),
+        "runs": baseline.json(),
     }));
     for index_type in &args.types {
         bench_type(args, index_type, &source, &root, &baseline, rows).await?;
@@ -162,29 +224,71 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn compact_copy_without_index(source: &Path, at: &Path) -> Result<CompactionRun, BoxError> {
-    copy_dir(source, at)?;
-    let mut dataset = Dataset::open(&uri(at)).await?;
-    let run = compact(&mut dataset).await?;
-    drop(dataset);
-    std::fs::remove_dir_all(at)?;
-    Ok(run)
+/// Compacts `repeats` fresh copies of `source`; keeps the last compacted copy
+/// at `keep` when given, deletes the others.
+async fn compact_copies(
+    source: &Path,
+    scratch: &Path,
+    repeats: usize,
+    keep: Option<&Path>,
+) -> Result<(Runs, Option<Dataset>), BoxError> {
+    let mut runs = Vec::with_capacity(repeats);
+    let mut kept = None;
+    for r in 0..repeats {
+        let last = r + 1 == repeats;
+        let at = match keep {
+            Some(path) if last => path.to_path_buf(),
+            _ => scratch.to_path_buf(),
+        };
+        copy_dir(source, &at)?;
+        let mut dataset = Dataset::open(&uri(&at)).await?;
+        runs.push(compact(&mut dataset).await?);
+        if last && keep.is_some() {
+            kept = Some(dataset);
+        } else {
+            drop(dataset);
+            std::fs::remove_dir_all(&at)?;
+        }
+    }
+    Ok((Runs(runs), kept))
 }
 
+/// Where the commit phase began: time, RSS baseline, and the task phase's peak RSS.
+type CommitMark = Arc<Mutex<Option<(Instant, u64, u64)>>>;
+
 async fn compact(dataset: &mut Dataset) -> Result<CompactionRun, BoxError> {
-    reset_peak_rss();
-    let baseline_rss = current_rss_bytes();
+    let mark: CommitMark = Arc::new(Mutex::new(None));
+    let on_progress = {
+        let mark = mark.clone();
+        Arc::new(move |p: CompactionProgress| {
+            if p.tasks_done == p.tasks_total {
+                let task_peak = peak_rss_bytes();
+                let baseline = start_phase();
+                if let Ok(mut slot) = mark.lock() {
+                    *slot = Some((Instant::now(), baseline, task_peak));
+                }
+            }
+        })
+    };
+    let baseline = start_phase();
     let started = Instant::now();
-    let metrics = compact_files(dataset, &CompactionOptions::default(), None).await?;
-    let ms = started.elapsed().as_secs_f64() * 1e3;
-    let peak_rss = peak_rss_bytes();
+    let metrics = compact_files(dataset, &CompactionOptions::default(), Some(on_progress)).await?;
+    let ended = Instant::now();
+    let peak = peak_rss_bytes();
     if metrics.committed_version.is_none() {
         return Err("compaction committed nothing".into());
     }
+    let (commit_started, commit_baseline, task_peak) = mark
+        .lock()
+        .map_err(|_| "progress mark poisoned")?
+        .ok_or("compaction reported no final progress")?;
     Ok(CompactionRun {
-        ms,
-        baseline_rss,
-        peak_rss,
+        total_ms: (ended - started).as_secs_f64() * 1e3,
+        commit_ms: (ended - commit_started).as_secs_f64() * 1e3,
+        // The peak counter was reset when the commit phase began; the run's
+        // peak is the larger of the task-phase and commit-phase peaks.
+        total_extra_rss: peak.max(task_peak).saturating_sub(baseline),
+        commit_extra_rss: peak.saturating_sub(commit_baseline),
         fragments_after: dataset.fragments().len(),
     })
 }
@@ -203,29 +307,32 @@ async fn bench_type(
     index_type: &str,
     source: &Path,
     root: &Path,
-    baseline: &CompactionRun,
+    baseline: &Runs,
     rows: u64,
 ) -> Result<(), BoxError> {
     let column = column_of(index_type)?;
     let params = params(args, index_type);
-    let at = root.join(format!("with_{index_type}"));
-    copy_dir(source, &at)?;
-    let dataset = Dataset::open(&uri(&at)).await?;
-
+    let indexed_source = root.join(format!("indexed_{index_type}"));
+    copy_dir(source, &indexed_source)?;
+    let dataset = Dataset::open(&uri(&indexed_source)).await?;
     let started = Instant::now();
-    let mut dataset = create_index(&dataset, index_type, column, index_type, &params).await?;
+    let dataset = create_index(&dataset, index_type, column, index_type, &params).await?;
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
     let segment_before = segment_uuids(&dataset, index_type);
+    drop(dataset);
 
-    let run = compact(&mut dataset).await?;
+    let compacted = root.join(format!("compacted_{index_type}"));
+    let (runs, kept) = compact_copies(
+        &indexed_source,
+        &root.join("scratch"),
+        args.repeats.max(1),
+        Some(&compacted),
+    )
+    .await?;
+    std::fs::remove_dir_all(&indexed_source)?;
+    let dataset = kept.ok_or("the last compacted copy was not kept")?;
     let segment_after = segment_uuids(&dataset, index_type);
     let remapped = !segment_after.is_empty() && segment_after != segment_before;
-
-    // A second compaction without any index right after this one tells the
-    // run-to-run noise of the difference below.
-    let baseline_again = compact_copy_without_index(source, &root.join("baseline_again")).await?;
-    let without_ms = (baseline.ms + baseline_again.ms) / 2.0;
-
     let query_matches = post_compaction_query_matches(&dataset, index_type).await?;
 
     let started = Instant::now();
@@ -233,11 +340,16 @@ async fn bench_type(
     let dataset = create_index(&dataset, &rebuilt_name, column, index_type, &params).await?;
     let rebuild_ms = started.elapsed().as_secs_f64() * 1e3;
     drop(dataset);
-    std::fs::remove_dir_all(&at)?;
+    std::fs::remove_dir_all(&compacted)?;
 
-    let remap_ms = run.ms - without_ms;
+    // The remap runs inside the commit phase; the commit phase without an index
+    // is the same manifest work minus the remap.
+    let remap_ms = runs.commit_ms() - baseline.commit_ms();
+    let remap_total_diff_ms = runs.total_ms() - baseline.total_ms();
     let ratio = remap_ms / rebuild_ms;
-    let remap_extra_rss = run.extra_rss().saturating_sub(baseline.extra_rss());
+    let remap_extra_rss = runs
+        .commit_extra_rss()
+        .saturating_sub(baseline.commit_extra_rss());
     let rss_per_row = remap_extra_rss as f64 / rows as f64;
     let target = if index_type == "ivf_flat" {
         REMAP_TARGET_IVF
@@ -251,22 +363,31 @@ async fn bench_type(
         "rows": rows,
         "fragment_rows": args.fragment_rows,
         "build_ms": build_ms,
-        "compact_with_index_ms": run.ms,
-        "compact_without_index_ms": [baseline.ms, baseline_again.ms],
-        "remap_ms": remap_ms,
         "rebuild_ms": rebuild_ms,
+        "remap_ms": remap_ms,
+        "remap_ms_from_total_diff": remap_total_diff_ms,
         "remap_over_rebuild": ratio,
         "remap_target": target,
         "remap_target_met": ratio <= target,
-        "compact_with_index_peak_extra_rss_bytes": run.extra_rss(),
-        "compact_without_index_peak_extra_rss_bytes": baseline.extra_rss(),
         "remap_extra_rss_bytes": remap_extra_rss,
         "remap_extra_rss_bytes_per_row": rss_per_row,
         "rss_target_bytes_per_row": RSS_TARGET_BYTES_PER_ROW,
         "rss_target_met": rss_per_row <= RSS_TARGET_BYTES_PER_ROW,
+        "compaction_with_index": {
+            "median_total_ms": runs.total_ms(),
+            "median_commit_phase_ms": runs.commit_ms(),
+            "max_total_peak_extra_rss_bytes": runs.total_extra_rss(),
+            "max_commit_phase_peak_extra_rss_bytes": runs.commit_extra_rss(),
+            "runs": runs.json(),
+        },
+        "compaction_without_index": {
+            "median_total_ms": baseline.total_ms(),
+            "median_commit_phase_ms": baseline.commit_ms(),
+            "max_total_peak_extra_rss_bytes": baseline.total_extra_rss(),
+            "max_commit_phase_peak_extra_rss_bytes": baseline.commit_extra_rss(),
+        },
         "segment_remapped_inline": remapped,
         "post_compaction_query_matches_scan": query_matches,
-        "fragments_after": run.fragments_after,
     }));
     Ok(())
 }
