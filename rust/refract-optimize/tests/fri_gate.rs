@@ -10,6 +10,7 @@ use refract_ledger::flags::{ClientFeatures, FLAG_FRAGMENT_REUSE_INDEX, FLAG_UNKN
 use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
 use refract_optimize::fri::{
     deferred_remap_hook, fri_uuid, legacy_deferred_remap_hook, load_ledger, new_fri_entry,
+    preserve_history,
 };
 use refract_table::io::manifest_path;
 use refract_table::transaction::{Operation, Transaction};
@@ -266,6 +267,27 @@ async fn rewrite_of_history_covered_fragments_without_transition_is_refused() {
     let groups = plan_rewrite(&dataset, &[vec![7]], 2).await;
     let err = commit_rewrite(&dataset, groups, None).await.unwrap_err();
     assert!(is_not_supported_upgrade(&err), "{err}");
+}
+
+#[tokio::test]
+async fn inline_compaction_of_history_covered_fragments_records_a_transition() {
+    let dataset = tagged_table("preserve").await;
+    // Fragment 7 is reached only through the history; the inline path has no
+    // segment to remap, so the wrapper records the rewrite in the ledger.
+    let groups = plan_rewrite(&dataset, &[vec![7, 3]], 1).await;
+    let hook = preserve_history(None);
+    let next = commit_rewrite(&dataset, groups, Some(hook.as_ref()))
+        .await
+        .unwrap();
+    let ledger = ledger_of(&next).await.unwrap();
+    assert_eq!(ledger.transitions().len(), 2);
+    assert!(ledger.lineage().consumer_of(7).is_some());
+    // Without history coverage the wrapper records nothing.
+    let groups = plan_rewrite(&next, &[vec![5, 6]], 1).await;
+    let after = commit_rewrite(&next, groups, Some(hook.as_ref()))
+        .await
+        .unwrap();
+    assert_eq!(fri_uuid(after.manifest()), fri_uuid(next.manifest()));
 }
 
 #[tokio::test]

@@ -37,8 +37,10 @@ async fn partition_of_200k_rows_validates_its_row_map() {
     partition_rows(200_000).await;
 }
 
-/// The 2M-row run (about 15 s in a debug build).
+/// The 2M-row run: 15–35 s in a debug build on a shared machine. Run with
+/// `cargo test -p refract-optimize --test partition_scale -- --ignored`.
 #[tokio::test]
+#[ignore = "can exceed 30 s in debug builds; the 200k variant runs by default"]
 async fn partition_of_2m_rows_validates_its_row_map() {
     partition_rows(2_000_000).await;
 }

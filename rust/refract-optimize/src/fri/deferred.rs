@@ -25,11 +25,61 @@ pub enum HistoryFormat {
     Legacy,
 }
 
+/// When the hook records a Rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecordWhen {
+    /// A user segment or the history covers a source (deferred remap).
+    Covered,
+    /// The history covers a source (inline remap already handled the user
+    /// segments that cover the sources directly).
+    HistoryCovered,
+}
+
 /// Records Rewrite groups (ordered compaction) and Partition row maps (stable
 /// partition) in the FRI ledger.
 #[derive(Debug, Clone, Copy)]
 pub struct DeferredRemapHook {
     format: HistoryFormat,
+    when: RecordWhen,
+}
+
+/// Runs an inline-remap hook, then records the rewrite in the ledger when the
+/// FRI history covers one of its sources: segments that translate through the
+/// history still reach the rewritten rows, which an inline remap of the
+/// directly covering segments alone would cut off (the write gate refuses
+/// such a commit on a tagged table).
+pub struct HistoryPreservingHook {
+    inner: Option<Box<dyn CommitHook>>,
+    record: DeferredRemapHook,
+}
+
+/// Wraps the inline-remap hook of a non-deferred compaction so it also works
+/// on tables with an FRI history (see [`HistoryPreservingHook`]).
+pub fn preserve_history(inner: Option<Box<dyn CommitHook>>) -> Box<dyn CommitHook> {
+    Box::new(HistoryPreservingHook {
+        inner,
+        record: DeferredRemapHook {
+            format: HistoryFormat::Tagged,
+            when: RecordWhen::HistoryCovered,
+        },
+    })
+}
+
+#[async_trait]
+impl CommitHook for HistoryPreservingHook {
+    async fn before_publish(
+        &self,
+        dataset: &Dataset,
+        candidate: &mut Manifest,
+        assigned: &[Vec<u64>],
+    ) -> Result<()> {
+        if let Some(inner) = &self.inner {
+            inner.before_publish(dataset, candidate, assigned).await?;
+        }
+        self.record
+            .before_publish(dataset, candidate, assigned)
+            .await
+    }
 }
 
 /// The hook compaction uses with `defer_index_remap`: version-1 transitions.
@@ -45,7 +95,10 @@ pub fn legacy_deferred_remap_hook() -> Box<dyn CommitHook> {
 impl DeferredRemapHook {
     /// A hook writing `format`.
     pub fn new(format: HistoryFormat) -> Self {
-        Self { format }
+        Self {
+            format,
+            when: RecordWhen::Covered,
+        }
     }
 }
 
@@ -68,7 +121,11 @@ impl CommitHook for DeferredRemapHook {
                     .iter()
                     .flat_map(|g| g.old_fragment_ids.iter().copied())
                     .collect();
-                if !needs_history(dataset.manifest(), current, &sources) {
+                let needed = match self.when {
+                    RecordWhen::Covered => needs_history(dataset.manifest(), current, &sources),
+                    RecordWhen::HistoryCovered => history_covers(current, &sources),
+                };
+                if !needed {
                     return Ok(());
                 }
                 let read = dataset.checkout_version(txn.read_version).await?;
@@ -138,13 +195,7 @@ impl DeferredRemapHook {
 /// history does (a source produced by a recorded rewrite, or any history with
 /// transitions this client cannot interpret).
 pub(crate) fn needs_history(manifest: &Manifest, ledger: Option<&Ledger>, sources: &[u64]) -> bool {
-    let by_history = ledger.is_some_and(|ledger| {
-        ledger.has_unsupported_transitions()
-            || sources
-                .iter()
-                .any(|id| ledger.lineage().contains_fragment(*id))
-    });
-    by_history
+    history_covers(ledger, sources)
         || manifest
             .indices
             .iter()
@@ -155,6 +206,17 @@ pub(crate) fn needs_history(manifest: &Manifest, ledger: Option<&Ledger>, source
                     .iter()
                     .any(|id| u32::try_from(*id).is_ok_and(|id| bitmap.contains(id))),
             })
+}
+
+/// The history covers a source: a recorded rewrite produced it, or the
+/// ledger holds transitions this client cannot interpret (which may).
+fn history_covers(ledger: Option<&Ledger>, sources: &[u64]) -> bool {
+    ledger.is_some_and(|ledger| {
+        ledger.has_unsupported_transitions()
+            || sources
+                .iter()
+                .any(|id| ledger.lineage().contains_fragment(*id))
+    })
 }
 
 /// Digests of `ids` as they were in `read` (deletion counts at the read version).

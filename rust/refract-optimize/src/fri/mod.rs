@@ -17,7 +17,8 @@ pub mod labels;
 pub mod partition;
 
 pub use deferred::{
-    deferred_remap_hook, legacy_deferred_remap_hook, DeferredRemapHook, HistoryFormat,
+    deferred_remap_hook, legacy_deferred_remap_hook, preserve_history, DeferredRemapHook,
+    HistoryFormat, HistoryPreservingHook,
 };
 pub use describe::{describe_fri, DigestDescription, FriDescription, TransitionDescription};
 pub use labels::PartitionBy;
