@@ -25,29 +25,18 @@ pub enum HistoryFormat {
     Legacy,
 }
 
-/// When the hook records a Rewrite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RecordWhen {
-    /// A user segment or the history covers a source (deferred remap).
-    Covered,
-    /// The history covers a source (inline remap already handled the user
-    /// segments that cover the sources directly).
-    HistoryCovered,
-}
-
 /// Records Rewrite groups (ordered compaction) and Partition row maps (stable
 /// partition) in the FRI ledger.
 #[derive(Debug, Clone, Copy)]
 pub struct DeferredRemapHook {
     format: HistoryFormat,
-    when: RecordWhen,
 }
 
-/// Runs an inline-remap hook, then records the rewrite in the ledger when the
-/// FRI history covers one of its sources: segments that translate through the
-/// history still reach the rewritten rows, which an inline remap of the
-/// directly covering segments alone would cut off (the write gate refuses
-/// such a commit on a tagged table).
+/// Runs an inline-remap hook, then records the rewrite in the ledger when a
+/// source is still covered after it: by the FRI history (segments translating
+/// through it would otherwise be cut off from the rewritten rows) or by a user
+/// segment the inline remap declined. The write gate refuses such a commit
+/// without the record on a tagged table.
 pub struct HistoryPreservingHook {
     inner: Option<Box<dyn CommitHook>>,
     record: DeferredRemapHook,
@@ -58,10 +47,7 @@ pub struct HistoryPreservingHook {
 pub fn preserve_history(inner: Option<Box<dyn CommitHook>>) -> Box<dyn CommitHook> {
     Box::new(HistoryPreservingHook {
         inner,
-        record: DeferredRemapHook {
-            format: HistoryFormat::Tagged,
-            when: RecordWhen::HistoryCovered,
-        },
+        record: DeferredRemapHook::new(HistoryFormat::Tagged),
     })
 }
 
@@ -95,10 +81,7 @@ pub fn legacy_deferred_remap_hook() -> Box<dyn CommitHook> {
 impl DeferredRemapHook {
     /// A hook writing `format`.
     pub fn new(format: HistoryFormat) -> Self {
-        Self {
-            format,
-            when: RecordWhen::Covered,
-        }
+        Self { format }
     }
 }
 
@@ -121,11 +104,9 @@ impl CommitHook for DeferredRemapHook {
                     .iter()
                     .flat_map(|g| g.old_fragment_ids.iter().copied())
                     .collect();
-                let needed = match self.when {
-                    RecordWhen::Covered => needs_history(dataset.manifest(), current, &sources),
-                    RecordWhen::HistoryCovered => history_covers(current, &sources),
-                };
-                if !needed {
+                // The candidate's segments: after an inline remap, the ones it
+                // replaced no longer cover the sources.
+                if !needs_history(candidate, current, &sources) {
                     return Ok(());
                 }
                 let read = dataset.checkout_version(txn.read_version).await?;
