@@ -32,7 +32,7 @@ fn schema() -> SchemaRef {
     ]))
 }
 
-/// Deterministic clustered vectors: centres in [-10, 10)^DIM, points within ±2.
+/// Deterministic clustered vectors: centres in [-10, 10)^DIM, points within ±12 (clusters overlap, so probing a quarter of the partitions can miss).
 struct Generator {
     centres: Vec<f32>,
 }
@@ -50,7 +50,7 @@ impl Generator {
     fn point(&self, rng: &mut SplitMix64) -> Vec<f32> {
         let c = rng.below(CLUSTERS);
         (0..DIM)
-            .map(|d| self.centres[c * DIM + d] + (rng.next_f64() * 4.0 - 2.0) as f32)
+            .map(|d| self.centres[c * DIM + d] + (rng.next_f64() * 24.0 - 12.0) as f32)
             .collect()
     }
 
