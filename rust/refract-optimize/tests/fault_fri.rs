@@ -15,6 +15,7 @@ use refract_optimize::compaction::{compact_files, CompactionOptions};
 use refract_optimize::fri::{partition_fragments, PartitionBy, PartitionOptions};
 use refract_optimize::remap::{remap_indices, RemapOptions};
 use refract_optimize::trim::trim_fri;
+use refract_table::cleanup::cleanup_orphans;
 use refract_table::io::CallKind;
 use refract_table::testing::{
     run_fault_matrix_verified, sample_rows, Coverage, FaultMatrixReport, FaultRig, OperationFn,
@@ -168,4 +169,51 @@ async fn fri_maintenance_survives_every_fault(
     )
     .await;
     assert_covered(&report);
+}
+
+/// Files under `_fri/` (row maps), sorted.
+async fn row_map_files(rig: &FaultRig) -> Vec<refract_table::io::RelativePath> {
+    let prefix = refract_table::io::RelativePath::parse("_fri").unwrap();
+    let listed = rig.clean_store().list(&prefix).await.unwrap();
+    listed.into_iter().map(|object| object.path).collect()
+}
+
+#[tokio::test]
+async fn cleanup_removes_the_row_map_of_a_failed_partition_and_keeps_live_ones() {
+    let rig = FaultRig::memory();
+    setup(Stage::Indexed)(rig.clone()).await.unwrap();
+    // A partition whose commit fails cleanly leaves its row map behind.
+    let faulty = rig.open_faulty().await.unwrap();
+    rig.fault.fail_nth(
+        CallKind::ConditionalPut,
+        0,
+        refract_table::io::FaultMode::Clean,
+    );
+    partition()(faulty).await.unwrap_err();
+    let abandoned = row_map_files(&rig).await;
+    assert_eq!(abandoned.len(), 1, "{abandoned:?}");
+    // A committed partition's row map is live.
+    partition()(rig.open_clean().await.unwrap()).await.unwrap();
+    let all = row_map_files(&rig).await;
+    assert_eq!(all.len(), 2, "{all:?}");
+
+    let latest = rig.open_clean().await.unwrap();
+    let report = cleanup_orphans(&latest, std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    let deleted_maps: Vec<_> = report
+        .deleted
+        .iter()
+        .filter(|path| path.top_level_dir() == "_fri")
+        .cloned()
+        .collect();
+    assert_eq!(deleted_maps, abandoned);
+    let live: Vec<_> = all.into_iter().filter(|p| !abandoned.contains(p)).collect();
+    assert_eq!(row_map_files(&rig).await, live);
+    // The index still answers through the live row map.
+    let rows = index_equals_scan()(rig.open_clean().await.unwrap())
+        .await
+        .unwrap();
+    assert!(rows > 0);
+    rig.check_every_version_readable().await.unwrap();
 }

@@ -1,5 +1,5 @@
-//! Deleting orphaned files: data, deletion and index files that no committed
-//! version references, left behind by failed or abandoned writes.
+//! Deleting orphaned files: data, deletion, index and row-map files that no
+//! committed version references, left behind by failed or abandoned writes.
 //!
 //! Safety rests on three rules. Only files older than `older_than` are
 //! candidates (younger ones may belong to a commit still in flight). The
@@ -13,11 +13,18 @@
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
-use refract_core::Result;
+use refract_core::{Error, Result};
+use refract_ledger::Mapping;
+use uuid::Uuid;
 
+use crate::commit::fri_entry::load_ledger_of;
 use crate::dataset::{list_versions, Dataset};
 use crate::io::paths::{DATA_DIR, DELETIONS_DIR, INDICES_DIR};
 use crate::io::{index_dir, RelativePath};
+use crate::transaction::Operation;
+
+/// Directory holding the stable-partition row maps, one sub-directory per map.
+const FRI_DIR: &str = "_fri";
 
 /// What [`cleanup_orphans`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -29,9 +36,10 @@ pub struct CleanupReport {
     pub kept_referenced: u64,
 }
 
-/// Deletes the files under `data/`, `_deletions/` and `_indices/` that no
-/// committed version of `dataset` references and that are older than
-/// `older_than`. A file a live version references is never deleted; an
+/// Deletes the files under `data/`, `_deletions/`, `_indices/` and `_fri/`
+/// (stable-partition row maps) that no committed version of `dataset`
+/// references — through its fragments, index entries, transaction or FRI
+/// ledger — and that are older than `older_than`. A file a live version references is never deleted; an
 /// unreadable manifest aborts the cleanup before anything is deleted.
 ///
 /// A commit that takes longer than `older_than` between writing its files and
@@ -45,7 +53,8 @@ pub async fn cleanup_orphans(dataset: &Dataset, older_than: Duration) -> Result<
         .await?
         .into_iter()
         .collect();
-    let referenced = referenced_paths(dataset, &versions_before).await?;
+    let mut referenced = referenced_paths(dataset, &versions_before).await?;
+    orphans.extend(unreferenced_row_maps(dataset, &referenced, older_than).await?);
     let versions_after = list_versions(store).await?;
     if versions_after != versions_before {
         // A commit landed meanwhile: keep only files orphaned in both listings.
@@ -54,9 +63,10 @@ pub async fn cleanup_orphans(dataset: &Dataset, older_than: Duration) -> Result<
             .await?
             .into_iter()
             .collect();
-        orphans = orphans.intersection(&again).cloned().collect();
+        referenced = referenced_paths(dataset, &versions_after).await?;
+        orphans.retain(|path| again.contains(path) || path.top_level_dir() == FRI_DIR);
     }
-    // Defence in depth: never delete what our own reading of the manifests references.
+    // Never delete what our own reading of the manifests references.
     orphans.retain(|path| !is_referenced(&referenced, path));
     let kept_referenced = count_referenced_files(dataset, &referenced).await?;
     let mut deleted = Vec::with_capacity(orphans.len());
@@ -68,6 +78,24 @@ pub async fn cleanup_orphans(dataset: &Dataset, older_than: Duration) -> Result<
         deleted,
         kept_referenced,
     })
+}
+
+/// Files under `_fri/` older than `older_than` whose row-map directory no
+/// version references.
+async fn unreferenced_row_maps(
+    dataset: &Dataset,
+    referenced: &HashSet<String>,
+    older_than: Duration,
+) -> Result<Vec<RelativePath>> {
+    let cutoff = chrono::Utc::now()
+        - chrono::Duration::from_std(older_than)
+            .map_err(|_| Error::invalid_input("older_than is too large"))?;
+    let listed = dataset.store().list(&RelativePath::parse(FRI_DIR)?).await?;
+    Ok(listed
+        .into_iter()
+        .filter(|object| object.last_modified < cutoff && !is_referenced(referenced, &object.path))
+        .map(|object| object.path)
+        .collect())
 }
 
 /// Files, and index directories (with a trailing `/`), that `versions` reference.
@@ -84,18 +112,41 @@ async fn referenced_paths(dataset: &Dataset, versions: &[u64]) -> Result<HashSet
         for index in &manifest.indices {
             referenced.insert(index_dir(&index.uuid).as_str().to_string());
         }
+        let partition_map = manifest
+            .transaction
+            .as_ref()
+            .and_then(|txn| match txn.operation {
+                Operation::Partition { map_id, .. } => map_id,
+                _ => None,
+            });
+        referenced.extend(partition_map.map(|id| row_map_dir(&id)));
+        if let Some((_, ledger)) = load_ledger_of(dataset.store(), &manifest).await? {
+            for transition in ledger.transitions() {
+                if let Mapping::StablePartition { map_id, .. } = transition.mapping() {
+                    referenced.insert(row_map_dir(map_id));
+                }
+            }
+        }
     }
     Ok(referenced)
 }
 
-/// True when `path` is referenced directly or lies in a referenced index directory.
+/// The row-map directory `_fri/<map_id>/` as a referenced-path key.
+fn row_map_dir(map_id: &Uuid) -> String {
+    format!("{FRI_DIR}/{map_id}/")
+}
+
+/// True when `path` is referenced directly or lies in a referenced index or
+/// row-map directory.
 fn is_referenced(referenced: &HashSet<String>, path: &RelativePath) -> bool {
     if referenced.contains(path.as_str()) {
         return true;
     }
     let mut segments = path.as_str().splitn(3, '/');
     match (segments.next(), segments.next()) {
-        (Some(INDICES_DIR), Some(uuid)) => referenced.contains(&format!("{INDICES_DIR}/{uuid}/")),
+        (Some(dir @ (INDICES_DIR | FRI_DIR)), Some(id)) => {
+            referenced.contains(&format!("{dir}/{id}/"))
+        }
         _ => false,
     }
 }
@@ -103,7 +154,7 @@ fn is_referenced(referenced: &HashSet<String>, path: &RelativePath) -> bool {
 /// Files under the scanned directories that `referenced` covers.
 async fn count_referenced_files(dataset: &Dataset, referenced: &HashSet<String>) -> Result<u64> {
     let mut count = 0u64;
-    for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR] {
+    for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR, FRI_DIR] {
         for object in dataset.store().list(&RelativePath::parse(dir)?).await? {
             if is_referenced(referenced, &object.path) {
                 count += 1;
