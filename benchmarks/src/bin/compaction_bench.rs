@@ -2,15 +2,36 @@
 //! default target (wall time, rows/s, peak RSS), and planning time and memory at
 //! 300,000 fragments. Prints JSON lines.
 //!
-//! `cargo run --release -p refract-benchmarks --bin compaction_bench -- [--rows N] [--fragment-rows M] [--plan-fragments F] [--dir PATH]`
+//! Each phase that touches the table runs in a fresh child process (this binary
+//! with `--phase`), so its peak RSS (`VmHWM`) is its own and not what an earlier
+//! phase left in the allocator. With `--breakdown`, two more phases split the
+//! compaction cost: the read side alone (the scan a task runs, with row
+//! addresses and capture) and the write side alone (the rows, already in memory,
+//! written to one Lance file).
+//!
+//! `cargo run --release -p refract-benchmarks --bin compaction_bench -- [--rows N] [--fragment-rows M] [--plan-fragments F] [--dir PATH] [--plan-only] [--breakdown]`
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
 
-use clap::Parser;
-use refract_benchmarks::{emit, peak_rss_bytes, reset_peak_rss};
+use arrow_array::{RecordBatch, UInt64Array};
+use clap::{Parser, ValueEnum};
+use futures::TryStreamExt;
+use refract_benchmarks::{current_rss_bytes, emit, peak_rss_bytes, reset_peak_rss};
 use refract_cli::commands::data::{append_synthetic, open_or_create};
+use refract_cli::synthetic::DEFAULT_DIM;
 use refract_optimize::compaction::{compact_files, plan_tasks, CompactionOptions, FragmentStats};
+use refract_table::dataset::{Dataset, ROW_ADDRESS_COLUMN};
+use refract_table::io::lance_files::LanceFileWriter;
+use refract_table::io::paths::data_file_path;
+use roaring::RoaringTreemap;
 use serde_json::json;
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Rows per read batch (the compaction default).
+const BATCH_SIZE: usize = 8_192;
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -23,25 +44,95 @@ struct Args {
     /// Fragments in the planning scenario.
     #[arg(long, default_value_t = 300_000)]
     plan_fragments: u64,
-    /// Where to put the dataset (default: a temporary directory).
+    /// Where to put the dataset (default: a temporary directory). Must not hold a
+    /// dataset yet.
     #[arg(long)]
-    dir: Option<std::path::PathBuf>,
+    dir: Option<PathBuf>,
     /// Skip the compaction scenario.
     #[arg(long)]
     plan_only: bool,
+    /// Also time the read side and the write side of compaction on their own.
+    #[arg(long)]
+    breakdown: bool,
+    /// Internal: run one phase on `--dir` in this process.
+    #[arg(long, value_enum, hide = true)]
+    phase: Option<Phase>,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// The phases run in child processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Phase {
+    Load,
+    ReadSide,
+    WriteSide,
+    Compact,
+}
+
+fn main() -> BenchResult<()> {
     let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    if let Some(phase) = args.phase {
+        let dir = args.dir.clone().ok_or("--phase needs --dir")?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        return runtime.block_on(run_phase(phase, &args, &dir));
+    }
     bench_planning(args.plan_fragments)?;
-    if !args.plan_only {
-        runtime.block_on(bench_compaction(&args))?;
+    if args.plan_only {
+        return Ok(());
+    }
+    let temp = tempfile::tempdir()?;
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| temp.path().join("compaction"));
+    std::fs::create_dir_all(&dir)?;
+    let mut phases = vec![Phase::Load];
+    if args.breakdown {
+        phases.extend([Phase::ReadSide, Phase::WriteSide]);
+    }
+    phases.push(Phase::Compact);
+    for phase in phases {
+        spawn_phase(phase, &args, &dir)?;
     }
     Ok(())
 }
 
-fn bench_planning(fragments: u64) -> Result<(), Box<dyn std::error::Error>> {
+/// Runs one phase in a child process (its JSON line goes straight to stdout).
+fn spawn_phase(phase: Phase, args: &Args, dir: &Path) -> BenchResult<()> {
+    let phase_name = phase
+        .to_possible_value()
+        .ok_or("phase has a name")?
+        .get_name()
+        .to_string();
+    let status = Command::new(std::env::current_exe()?)
+        .arg("--phase")
+        .arg(&phase_name)
+        .arg("--dir")
+        .arg(dir)
+        .arg("--rows")
+        .arg(args.rows.to_string())
+        .arg("--fragment-rows")
+        .arg(args.fragment_rows.to_string())
+        .status()?;
+    if !status.success() {
+        return Err(format!("phase {phase_name} failed: {status}").into());
+    }
+    Ok(())
+}
+
+async fn run_phase(phase: Phase, args: &Args, dir: &Path) -> BenchResult<()> {
+    let uri = dir.to_string_lossy().to_string();
+    let mut dataset = open_or_create(&uri, DEFAULT_DIM).await?;
+    match phase {
+        Phase::Load => bench_load(&mut dataset, args).await,
+        Phase::ReadSide => bench_read_side(&dataset).await,
+        Phase::WriteSide => bench_write_side(&dataset).await,
+        Phase::Compact => bench_compaction(&mut dataset, args).await,
+    }
+}
+
+fn bench_planning(fragments: u64) -> BenchResult<()> {
     let stats: Vec<FragmentStats> = (0..fragments)
         .map(|id| FragmentStats {
             id,
@@ -52,7 +143,7 @@ fn bench_planning(fragments: u64) -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
     reset_peak_rss();
-    let before = refract_benchmarks::current_rss_bytes();
+    let before = current_rss_bytes();
     let started = Instant::now();
     let tasks = plan_tasks(&stats, &CompactionOptions::default())?;
     let elapsed = started.elapsed();
@@ -67,19 +158,27 @@ fn bench_planning(fragments: u64) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn bench_compaction(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    let temp = tempfile::tempdir()?;
-    let dir = args.dir.clone().unwrap_or_else(|| temp.path().join("compaction"));
-    std::fs::create_dir_all(&dir)?;
-    let uri = dir.to_string_lossy().to_string();
-    let mut dataset = open_or_create(&uri, refract_cli::synthetic::DEFAULT_DIM).await?;
+async fn bench_load(dataset: &mut Dataset, args: &Args) -> BenchResult<()> {
+    if !dataset.fragments().is_empty() {
+        return Err(format!("{} already holds a dataset", dataset.store().uri()).into());
+    }
     let started = Instant::now();
-    append_synthetic(&mut dataset, args.rows, args.fragment_rows, 0, refract_cli::synthetic::DEFAULT_DIM).await?;
-    let load_ms = started.elapsed().as_secs_f64() * 1e3;
+    append_synthetic(dataset, args.rows, args.fragment_rows, 0, DEFAULT_DIM).await?;
+    emit(json!({
+        "benchmark": "compaction_load",
+        "rows": dataset.count_rows(None).await?,
+        "fragments": dataset.fragments().len(),
+        "source_bytes": dataset.fragments().iter().map(|f| f.size_bytes()).sum::<u64>(),
+        "load_ms": started.elapsed().as_secs_f64() * 1e3,
+    }));
+    Ok(())
+}
+
+async fn bench_compaction(dataset: &mut Dataset, args: &Args) -> BenchResult<()> {
     let fragments_before = dataset.fragments().len();
-    reset_peak_rss();
+    let rss_before = current_rss_bytes();
     let started = Instant::now();
-    let metrics = compact_files(&mut dataset, &CompactionOptions::default(), None).await?;
+    let metrics = compact_files(dataset, &CompactionOptions::default(), None).await?;
     let elapsed = started.elapsed().as_secs_f64();
     emit(json!({
         "benchmark": "compaction",
@@ -87,11 +186,78 @@ async fn bench_compaction(args: &Args) -> Result<(), Box<dyn std::error::Error>>
         "fragment_rows": args.fragment_rows,
         "fragments_before": fragments_before,
         "fragments_after": dataset.fragments().len(),
-        "load_ms": load_ms,
+        "output_bytes": dataset.fragments().iter().map(|f| f.size_bytes()).sum::<u64>(),
         "compact_ms": elapsed * 1e3,
         "rows_per_sec": args.rows as f64 / elapsed,
         "peak_rss_bytes": peak_rss_bytes(),
+        "rss_before_bytes": rss_before,
         "committed_version": metrics.committed_version,
+    }));
+    Ok(())
+}
+
+/// The read side of a task: the same scan (row addresses, batch size) and the
+/// same capture of surviving addresses, with nothing written.
+async fn bench_read_side(dataset: &Dataset) -> BenchResult<()> {
+    let started = Instant::now();
+    let mut stream = dataset
+        .scan()
+        .with_row_address()
+        .batch_size(BATCH_SIZE)
+        .try_into_stream()
+        .await?;
+    let mut surviving = RoaringTreemap::new();
+    let mut rows = 0u64;
+    while let Some(batch) = stream.try_next().await? {
+        let addresses = batch
+            .column_by_name(ROW_ADDRESS_COLUMN)
+            .and_then(|column| column.as_any().downcast_ref::<UInt64Array>())
+            .ok_or("scan is missing the row address column")?;
+        surviving.extend(addresses.values().iter().copied());
+        rows += batch.num_rows() as u64;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    emit(json!({
+        "benchmark": "compaction_read_side",
+        "rows": rows,
+        "surviving": surviving.len(),
+        "read_ms": elapsed * 1e3,
+        "rows_per_sec": rows as f64 / elapsed,
+        "peak_rss_bytes": peak_rss_bytes(),
+    }));
+    Ok(())
+}
+
+/// The write side of a task: the rows, already in memory as batches of the
+/// task's batch size, written to one Lance file. Only the writing is timed; the
+/// batches are read first, so this phase's peak RSS includes them.
+async fn bench_write_side(dataset: &Dataset) -> BenchResult<()> {
+    let batches: Vec<RecordBatch> = dataset
+        .scan()
+        .batch_size(BATCH_SIZE)
+        .try_into_stream()
+        .await?
+        .try_collect()
+        .await?;
+    let schema = batches
+        .first()
+        .map(RecordBatch::schema)
+        .ok_or("the table is empty")?;
+    let path = data_file_path("compaction-bench-write-side.lance")?;
+    let started = Instant::now();
+    let mut writer = LanceFileWriter::create(dataset.store(), &path, schema).await?;
+    for batch in &batches {
+        writer.write(batch).await?;
+    }
+    let summary = writer.finish().await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    dataset.store().delete(&path).await?;
+    emit(json!({
+        "benchmark": "compaction_write_side",
+        "rows": summary.num_rows,
+        "output_bytes": summary.size_bytes,
+        "write_ms": elapsed * 1e3,
+        "rows_per_sec": summary.num_rows as f64 / elapsed,
     }));
     Ok(())
 }
