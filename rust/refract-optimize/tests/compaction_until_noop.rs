@@ -10,10 +10,10 @@ use rstest::rstest;
 
 const MAX_ROUNDS: usize = 200;
 
-/// Quality (no more fragments / sub-target fragments than unbounded runs) is
-/// promised for budgets that admit any three adjacent fragments (see
-/// docs/compaction.md: with only two, `[60, 60, 79]` at target 100 cannot
-/// reach `[199]` by any planner); the seed case below covers two.
+// Quality (no more fragments / sub-target fragments than unbounded runs) is
+// promised for budgets that admit any three adjacent fragments (see
+// docs/compaction.md: with only two, `[60, 60, 79]` at target 100 cannot
+// reach `[199]` by any planner); the seed case below covers two.
 
 /// Runs compaction until a round commits nothing, checking content and order
 /// after every round. Returns the number of committing rounds.

@@ -11,10 +11,21 @@ use std::time::Instant;
 use arrow_array::{Array, Int64Array};
 use indicatif::{ProgressBar, ProgressStyle};
 use refract_core::{Error, Result};
-use refract_index::manage::create_index;
+use std::sync::Arc;
+
+use refract_index::manage::{build_segment, create_index, optimize_indices, segments_of};
 use refract_index::query::Query;
+use refract_index::registry::IndexRegistry;
 use refract_index::types::IndexParams;
 use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_optimize::fri::describe::describe_fri;
+use refract_optimize::fri::labels::PartitionBy;
+use refract_optimize::fri::partition::{partition_fragments, PartitionOptions};
+use refract_optimize::maintain::{maintain, MaintainOptions};
+use refract_optimize::remap::{remap_indices, RemapOptions};
+use refract_optimize::trim::trim_fri;
+use refract_reader::FriResolver;
+use refract_table::cleanup::cleanup_orphans;
 use refract_table::dataset::Dataset;
 
 use super::compact::progress_bar;
@@ -24,6 +35,10 @@ use crate::synthetic;
 
 /// Rows the demo starts with.
 const DEMO_ROWS: u64 = 200_000;
+/// Rows appended later, then compacted with deferred remap and partitioned.
+const LATE_ROWS: u64 = 60_000;
+/// Rows per fragment of the late append.
+const LATE_FRAGMENT_ROWS: u64 = 6_000;
 /// Rows per fragment of the demo's appends (small on purpose: compaction has work).
 const DEMO_FRAGMENT_ROWS: u64 = 10_000;
 /// Vector dimension of the demo table.
@@ -40,7 +55,9 @@ const INDICES: [(&str, &str, &str); 4] = [
 ];
 
 /// Filters checked against a brute-force scan after every maintenance step.
-const CHECK_FILTERS: [&str; 6] = [
+const CHECK_FILTERS: [&str; 8] = [
+    "id >= 209990 AND id < 212010",
+    "id = 255555 OR id = 201234",
     "id = 123457",
     "id >= 41000 AND id < 41100",
     "id IN (5, 77777, 199999, 3)",
@@ -127,6 +144,11 @@ pub async fn run(dir: Option<PathBuf>) -> Result<()> {
     );
     check_queries(&dataset, "after compaction", &mut summary).await?;
 
+    fri_story(&mut dataset, &mut deleted, &mut summary).await?;
+
+    let cleaned = cleanup_orphans(&dataset, std::time::Duration::ZERO).await?;
+    summary.add("cleanup", format!("{} unreferenced file(s) deleted", cleaned.deleted.len()));
+    summary.add("fragments", format!("{fragments_before} at the start → {} at the end", dataset.fragments().len()));
     summary.add("query checks passed", summary.checks_passed.to_string());
     println!("{}", render_summary("summary", &summary.rows));
     println!(
@@ -136,6 +158,96 @@ pub async fn run(dir: Option<PathBuf>) -> Result<()> {
         dataset.count_rows(None).await?
     );
     Ok(())
+}
+
+/// New data goes through the deferred path: index segments keep their files,
+/// compaction and a stable partition are recorded in the FRI ledger, queries
+/// translate, then `remap_indices` catches the segments up and `trim_fri`
+/// drains the history.
+async fn fri_story(dataset: &mut Dataset, deleted: &mut Vec<(i64, i64)>, summary: &mut Summary) -> Result<()> {
+    let bar = spinner("appending late rows and indexing them");
+    append_synthetic(dataset, LATE_ROWS, LATE_FRAGMENT_ROWS, DEMO_ROWS as i64, DEMO_DIM).await?;
+    let late_fragments: Vec<u64> = dataset.fragments().iter().rev().take((LATE_ROWS / LATE_FRAGMENT_ROWS) as usize).map(|f| f.id).collect();
+    for (name, _, _) in INDICES {
+        *dataset = optimize_indices(dataset, name).await?;
+    }
+    bar.finish_and_clear();
+    dataset.delete("id >= 210000 AND id < 212000").await?;
+    deleted.push((210_000, 212_000));
+    summary.add("late append", format!("{LATE_ROWS} rows in {} fragments, indexed by new segments", late_fragments.len()));
+
+    let options = CompactionOptions {
+        target_rows_per_fragment: 30_000,
+        defer_index_remap: true,
+        excluded_fragment_ids: dataset.fragments().iter().map(|f| f.id).filter(|id| !late_fragments.contains(id)).collect(),
+        ..CompactionOptions::default()
+    };
+    let (bar, callback) = progress_bar("deferred compaction");
+    let metrics = compact_files(dataset, &options, Some(callback)).await?;
+    bar.finish_and_clear();
+    summary.add(
+        "compaction (deferred)",
+        format!("{} → {} fragments, segments untouched, transitions recorded", metrics.fragments_removed, metrics.fragments_added),
+    );
+    check_content(dataset, deleted, summary).await?;
+
+    let compacted: Vec<u64> = dataset.fragments().iter().rev().take(metrics.fragments_added as usize).map(|f| f.id).rev().collect();
+    let mut partition = PartitionOptions::new(PartitionBy::Hash { column: "category".into(), destinations: 4 });
+    partition.fragments = Some(compacted);
+    let started = Instant::now();
+    let partitioned = partition_fragments(dataset, partition).await?;
+    summary.add(
+        "stable partition",
+        format!(
+            "{} → {} fragments by hash(category), row map of {} bytes ({:.2?})",
+            partitioned.fragments_removed, partitioned.fragments_added, partitioned.map_size_bytes, started.elapsed()
+        ),
+    );
+    check_multiset(dataset, deleted, summary).await?;
+    let transitions_before = describe_fri(dataset).await?.transitions.len();
+    check_queries(dataset, "through the FRI", summary).await?;
+
+    for (name, column, index_type) in INDICES {
+        let started = Instant::now();
+        let report = remap_indices(dataset, RemapOptions { names: Some(vec![name.to_string()]), ..RemapOptions::default() }).await?;
+        let remap_time = started.elapsed();
+        let rebuild_time = time_rebuild(dataset, name, column, index_type).await?;
+        summary.add(
+            format!("remap {name}"),
+            format!("{} segment(s) remapped in {remap_time:.2?}; rebuilding them takes {rebuild_time:.2?}", report.remapped()),
+        );
+    }
+    let trimmed = trim_fri(dataset).await?;
+    let transitions_after = describe_fri(dataset).await?.transitions.len();
+    summary.add(
+        "FRI transitions",
+        format!("{transitions_before} before remap → {transitions_after} after trim ({} row map(s) deleted)", trimmed.row_maps_deleted.len()),
+    );
+    check_queries(dataset, "after remap and trim", summary).await?;
+
+    let report = maintain(dataset, MaintainOptions { until_noop: true, compaction: Some(CompactionOptions { target_rows_per_fragment: 30_000, ..CompactionOptions::default() }), ..MaintainOptions::default() }).await?;
+    let last_noop = report.rounds.last().is_some_and(|round| round.is_noop());
+    if !report.converged || !last_noop {
+        return Err(Error::corrupt("demo", "maintenance did not reach a fixed point"));
+    }
+    summary.add("maintain --until-noop", format!("{} round(s); the last committed nothing", report.rounds.len()));
+    check_multiset(dataset, deleted, summary).await?;
+    check_queries(dataset, "at the fixed point", summary).await?;
+    Ok(())
+}
+
+/// How long building `name`'s current segments from scratch takes (the files
+/// are not committed; cleanup removes them).
+async fn time_rebuild(dataset: &Dataset, name: &str, column: &str, index_type: &str) -> Result<std::time::Duration> {
+    let registry = IndexRegistry::with_builtins();
+    let registered = registry.get(index_type)?;
+    let params = IndexParams { partitions: (index_type == "ivf_flat").then_some(DEMO_PARTITIONS), ..IndexParams::default() };
+    let started = Instant::now();
+    for segment in segments_of(dataset, name) {
+        let fragments: Vec<u64> = segment.fragment_bitmap.as_ref().map(|b| b.iter().map(u64::from).collect()).unwrap_or_default();
+        build_segment(dataset, registered, name, column, &fragments, &params).await?;
+    }
+    Ok(started.elapsed())
 }
 
 fn prepare_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
@@ -163,11 +275,12 @@ fn spinner(message: &str) -> ProgressBar {
 }
 
 /// True when `id` was deleted by one of the demo's deletes: `(-1, m)` means
-/// `id % 10 = m`, otherwise a half-open id range.
+/// `id % 10 = m` among the first `DEMO_ROWS` rows (the delete ran before the
+/// late append), otherwise a half-open id range.
 fn is_deleted(id: i64, deleted: &[(i64, i64)]) -> bool {
     deleted.iter().any(|&(start, end)| {
         if start < 0 {
-            id % 10 == end
+            id < DEMO_ROWS as i64 && id % 10 == end
         } else {
             (start..end).contains(&id)
         }
@@ -182,11 +295,32 @@ async fn check_content(dataset: &Dataset, deleted: &[(i64, i64)], summary: &mut 
     };
     let rows = read_rows(dataset, &request).await?;
     let ids = int64_column(&rows, "id")?;
-    let expected = (0..DEMO_ROWS as i64).filter(|id| !is_deleted(*id, deleted));
+    let total = if ids.last().is_some_and(|id| *id >= DEMO_ROWS as i64) { DEMO_ROWS + LATE_ROWS } else { DEMO_ROWS };
+    let expected = (0..total as i64).filter(|id| !is_deleted(*id, deleted));
     if !ids.iter().copied().eq(expected) {
         return Err(Error::corrupt(
             "demo dataset",
             format!("version {}: full scan does not match the expected rows and order", dataset.version()),
+        ));
+    }
+    summary.checks_passed += 1;
+    Ok(())
+}
+
+/// After a stable partition rows are grouped by destination, so the table
+/// holds exactly the expected rows (each once) in a new order.
+async fn check_multiset(dataset: &Dataset, deleted: &[(i64, i64)], summary: &mut Summary) -> Result<()> {
+    let request = ScanRequest {
+        columns: Some(vec!["id".into()]),
+        ..ScanRequest::default()
+    };
+    let mut ids = int64_column(&read_rows(dataset, &request).await?, "id")?;
+    ids.sort_unstable();
+    let expected = (0..(DEMO_ROWS + LATE_ROWS) as i64).filter(|id| !is_deleted(*id, deleted));
+    if !ids.iter().copied().eq(expected) {
+        return Err(Error::corrupt(
+            "demo dataset",
+            format!("version {}: rows lost or duplicated", dataset.version()),
         ));
     }
     summary.checks_passed += 1;
@@ -207,7 +341,12 @@ async fn check_queries(dataset: &Dataset, when: &str, summary: &mut Summary) -> 
     let started = Instant::now();
     let mut translated = 0usize;
     for filter in CHECK_FILTERS {
-        let indexed = Query::new(dataset).filter(filter)?.project(&["id"]).execute().await?;
+        let indexed = Query::new(dataset)
+            .with_resolver(Arc::new(FriResolver::from_env()))
+            .filter(filter)?
+            .project(&["id"])
+            .execute()
+            .await?;
         let scanned = Query::new(dataset).filter(filter)?.project(&["id"]).use_index(false).execute().await?;
         if int64_column(&indexed.batch, "id")? != int64_column(&scanned.batch, "id")? {
             return Err(Error::corrupt("demo", format!("{when}: indexed query `{filter}` differs from a scan")));
@@ -217,6 +356,7 @@ async fn check_queries(dataset: &Dataset, when: &str, summary: &mut Summary) -> 
     }
     let vector: Vec<f32> = (0..DEMO_DIM).map(|j| synthetic::vector_component(4242, j)).collect();
     let indexed = Query::new(dataset)
+        .with_resolver(Arc::new(FriResolver::from_env()))
         .nearest("vec", &vector, 10, DEMO_PARTITIONS as usize)
         .project(&["id"])
         .execute()

@@ -118,7 +118,10 @@ fn index_hook(
         return Ok(Some(crate::fri::deferred::deferred_remap_hook()));
     }
     let registry = Arc::new(IndexRegistry::with_builtins());
-    Ok(Some(Box::new(InlineRemapHook::new(results, registry)?)))
+    let inline: Box<dyn CommitHook> = Box::new(InlineRemapHook::new(results, registry)?);
+    // On a table with FRI history, fragments reachable only through that
+    // history still need a transition even when the segments are remapped inline.
+    Ok(Some(crate::fri::deferred::preserve_history(Some(inline))))
 }
 
 /// Two results may not rewrite the same fragment.
