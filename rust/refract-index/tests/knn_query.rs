@@ -258,7 +258,7 @@ async fn deleted_rows_never_appear(#[case] nprobes: usize) {
     let s = scenario(Metric::L2).await;
     // Query with the vectors of deleted rows themselves: each is its own
     // nearest neighbour in the index, at distance 0.
-    for deleted_id in [0i64, 7, 700, 3_997, 5_999 - 5_999 % 7] {
+    for deleted_id in [0i64, 7, 700, 3_997, 5_999] {
         let q = s.generator.row(deleted_id);
         let (indexed, _) = knn(&s.dataset, &q, 50, nprobes, Metric::L2, true).await;
         assert_eq!(indexed.num_rows(), 50);
