@@ -16,9 +16,15 @@ use clap::Parser;
 use refract_benchmarks::{current_rss_bytes, emit, peak_rss_bytes, reset_peak_rss};
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::synthetic::DEFAULT_DIM;
-use refract_index::{create_index, list_indices, IndexParams, Query};
+use refract_core::{FragmentRows, RewriteGroupInput, RowAddrRemap, Translator};
+use refract_index::manage::index_context;
+use refract_index::{
+    create_index, list_indices, remap_segment, IndexParams, IndexRegistry, Query, RemapOptions,
+    RemapOutcome, MAX_TRANSLATION_BATCH,
+};
 use refract_optimize::compaction::{compact_files, CompactionOptions, CompactionProgress};
 use refract_table::Dataset;
+use roaring::{RoaringBitmap, RoaringTreemap};
 use serde_json::json;
 
 type BoxError = Box<dyn std::error::Error>;
@@ -56,6 +62,9 @@ struct Args {
     /// Fresh copies compacted per scenario (medians are reported).
     #[arg(long, default_value_t = 3)]
     repeats: usize,
+    /// Skip the remap timing breakdown (remap map build / translation / segment rewrite).
+    #[arg(long)]
+    no_breakdown: bool,
     /// Where to put the datasets (default: a temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -329,6 +338,9 @@ async fn bench_type(
         Some(&compacted),
     )
     .await?;
+    if !args.no_breakdown {
+        breakdown(&indexed_source, index_type).await?;
+    }
     std::fs::remove_dir_all(&indexed_source)?;
     let dataset = kept.ok_or("the last compacted copy was not kept")?;
     let segment_after = segment_uuids(&dataset, index_type);
@@ -443,4 +455,93 @@ async fn first_vector(dataset: &Dataset) -> Result<Vec<f32>, BoxError> {
         .downcast_ref::<Float32Array>()
         .ok_or("vec items are not f32")?;
     Ok(values.values().to_vec())
+}
+
+/// Times the pieces of the inline remap on the indexed, uncompacted copy at
+/// `at`, outside compaction: building the compact `RowAddrRemap` for "every
+/// fragment into one new fragment", translating every address through it in
+/// ≤64K batches, and the whole streaming segment rewrite (`remap_segment`,
+/// which includes that translation). The rewritten segment is left unreferenced.
+async fn breakdown(at: &Path, index_type: &str) -> Result<(), BoxError> {
+    let dataset = Dataset::open(&uri(at)).await?;
+    let old: Vec<FragmentRows> = dataset
+        .fragments()
+        .iter()
+        .map(|f| FragmentRows {
+            id: f.id,
+            physical_rows: f.physical_rows,
+        })
+        .collect();
+    let total: u64 = old.iter().map(|f| f.physical_rows).sum();
+    let new_id = old.iter().map(|f| f.id).max().unwrap_or(0) + 1;
+    let mut surviving = RoaringTreemap::new();
+    for f in &old {
+        surviving.insert_range((f.id << 32)..((f.id << 32) + f.physical_rows));
+    }
+
+    let rss_before = start_phase();
+    let started = Instant::now();
+    let remap = RowAddrRemap::compact(vec![RewriteGroupInput {
+        old_fragments: old,
+        new_fragments: vec![FragmentRows {
+            id: new_id,
+            physical_rows: total,
+        }],
+        surviving: surviving.clone(),
+    }])?;
+    let map_build_ms = started.elapsed().as_secs_f64() * 1e3;
+    let map_build_rss = peak_rss_bytes().saturating_sub(rss_before);
+
+    let started = Instant::now();
+    let mut batch = Vec::with_capacity(MAX_TRANSLATION_BATCH);
+    let mut out = Vec::with_capacity(MAX_TRANSLATION_BATCH);
+    let mut translated = 0u64;
+    let mut addresses = surviving.iter();
+    loop {
+        batch.clear();
+        batch.extend(addresses.by_ref().take(MAX_TRANSLATION_BATCH));
+        if batch.is_empty() {
+            break;
+        }
+        remap.translate(&batch, &mut out)?;
+        translated += out.iter().filter(|a| a.is_some()).count() as u64;
+    }
+    let translate_ms = started.elapsed().as_secs_f64() * 1e3;
+
+    let meta = dataset
+        .manifest()
+        .indices
+        .iter()
+        .find(|m| m.name == index_type)
+        .ok_or("index segment not found")?
+        .clone();
+    let mut coverage = RoaringBitmap::new();
+    coverage.insert(u32::try_from(new_id)?);
+    let options = RemapOptions {
+        dataset_version: dataset.version() + 1,
+        ..RemapOptions::default()
+    };
+    let registry = IndexRegistry::with_builtins();
+    let ctx = index_context(&dataset);
+    let rss_before = start_phase();
+    let started = Instant::now();
+    let outcome = remap_segment(&ctx, &registry, &meta, &remap, coverage, &options).await?;
+    let segment_ms = started.elapsed().as_secs_f64() * 1e3;
+    let segment_rss = peak_rss_bytes().saturating_sub(rss_before);
+    if !matches!(outcome, RemapOutcome::Remapped(_)) {
+        return Err(format!("segment remap skipped: {outcome:?}").into());
+    }
+    emit(json!({
+        "benchmark": "index_remap_breakdown",
+        "index_type": index_type,
+        "rows": total,
+        "map_build_ms": map_build_ms,
+        "map_build_peak_extra_rss_bytes": map_build_rss,
+        "translate_all_ms": translate_ms,
+        "translated_rows": translated,
+        "segment_rewrite_ms": segment_ms,
+        "segment_rewrite_peak_extra_rss_bytes": segment_rss,
+        "segment_rewrite_minus_translation_ms": segment_ms - translate_ms,
+    }));
+    Ok(())
 }
