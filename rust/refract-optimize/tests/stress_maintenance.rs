@@ -370,6 +370,8 @@ async fn run_stress(uri: String, remap: Remap) {
 #[case::memory_deferred(true, Remap::Deferred)]
 #[case::local_inline(false, Remap::Inline)]
 #[case::local_deferred(false, Remap::Deferred)]
+#[case::memory_mixed(true, Remap::Mixed)]
+#[case::local_mixed(false, Remap::Mixed)]
 #[tokio::test]
 async fn concurrent_maintenance_loses_nothing(#[case] memory: bool, #[case] remap: Remap) {
     let dir = tempfile::tempdir().unwrap();
@@ -381,23 +383,10 @@ async fn concurrent_maintenance_loses_nothing(#[case] memory: bool, #[case] rema
     run_stress(uri, remap).await;
 }
 
-/// Inline and deferred compactions mixed on one table: blocked by the
-/// refract-table write gate (see `inline_compaction_after_a_deferred_one_commits`).
-#[tokio::test]
-#[ignore = "BUG (commit gate): an inline compaction after a deferred one is NotSupported"]
-async fn concurrent_mixed_maintenance_loses_nothing() {
-    run_stress(
-        format!("memory://stress-{}", uuid::Uuid::new_v4()),
-        Remap::Mixed,
-    )
-    .await;
-}
-
 /// The smallest sequence the stress run found: a deferred compaction records a
 /// transition; a later inline compaction of the fragments it produced must
 /// still commit (remapping inline or recording its own transition).
 #[tokio::test]
-#[ignore = "BUG (commit gate): NotSupported 'rewrite records no transition' from the current client"]
 async fn inline_compaction_after_a_deferred_one_commits() {
     let uri = format!("memory://mix-{}", uuid::Uuid::new_v4());
     let mut dataset = Dataset::create(&uri, sample_schema(), Default::default())
@@ -435,4 +424,57 @@ async fn inline_compaction_after_a_deferred_one_commits() {
             .unwrap(),
     );
     assert_eq!(ids, (0..60).filter(|id| id % 2 == 1).collect::<Vec<i64>>());
+}
+
+/// A deferred compaction whose sources lose a row to a concurrent delete
+/// between execute and commit: the rewrite is rebased over the delete and its
+/// FRI transition must describe the rebased rewrite.
+#[tokio::test]
+async fn deferred_compaction_rebased_over_a_concurrent_delete_commits() {
+    let uri = format!("memory://race-{}", uuid::Uuid::new_v4());
+    let mut dataset = Dataset::create(&uri, sample_schema(), Default::default())
+        .await
+        .unwrap();
+    let ten = WriteOptions {
+        max_rows_per_file: 10,
+        ..WriteOptions::default()
+    };
+    dataset
+        .append(vec![sample_rows(0, 60)], &ten)
+        .await
+        .unwrap();
+    let mut dataset = create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default())
+        .await
+        .unwrap();
+    dataset.delete("id % 7 = 5").await.unwrap();
+    let deferred = CompactionOptions {
+        target_rows_per_fragment: 25,
+        defer_index_remap: true,
+        ..CompactionOptions::default()
+    };
+    let plan = refract_optimize::compaction::plan_compaction(&dataset, &deferred).unwrap();
+    let mut results = Vec::new();
+    for task in &plan.tasks {
+        results.push(task.execute(&dataset).await.unwrap());
+    }
+    let mut deleter = dataset.clone();
+    deleter.delete("id = 3").await.unwrap();
+    let (committed, _) =
+        refract_optimize::compaction::commit_compaction(&dataset, results, &deferred)
+            .await
+            .unwrap();
+    let ids = ids_of(
+        &committed
+            .scan()
+            .project(&["id"])
+            .try_into_batch()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        ids,
+        (0..60)
+            .filter(|id| *id != 3 && id % 7 != 5)
+            .collect::<Vec<i64>>()
+    );
 }
