@@ -121,3 +121,51 @@ async fn invalid_options_are_rejected_naming_the_option() {
         other => panic!("expected InvalidInput, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn deferred_rewrite_over_a_delete_that_removed_a_source_records_a_valid_transition() {
+    use std::sync::Arc;
+
+    use arrow_array::{Array, Int64Array};
+    use refract_index::manage::create_index;
+    use refract_index::query::Query;
+    use refract_index::types::IndexParams;
+    use refract_reader::FriResolver;
+
+    let dataset = dataset_with_fragments(&[10, 10, 10]).await;
+    let dataset = create_index(&dataset, "id_btree", "id", "btree", &IndexParams::default())
+        .await
+        .unwrap();
+    let options = CompactionOptions {
+        target_rows_per_fragment: 100,
+        defer_index_remap: true,
+        ..CompactionOptions::default()
+    };
+    let plan = plan_compaction(&dataset, &options).unwrap();
+    let results = vec![plan.tasks[0].execute(&dataset).await.unwrap()];
+    let mut other = Dataset::open(dataset.uri()).await.unwrap();
+    other.delete("(id >= 10 AND id < 20) OR id = 25").await.unwrap();
+    let (committed, _) = commit_compaction(&dataset, results, &plan.options).await.unwrap();
+    let expected: Vec<i64> = (0..30).filter(|id| !(10..20).contains(id) && *id != 25).collect();
+    assert_eq!(scan_ids(&committed).await, expected);
+    for filter in ["id >= 0", "id = 25", "id = 15", "id = 26"] {
+        let indexed = Query::new(&committed)
+            .with_resolver(Arc::new(FriResolver::from_env()))
+            .filter(filter)
+            .unwrap()
+            .project(&["id"])
+            .execute()
+            .await
+            .unwrap();
+        let ids = indexed.batch.column_by_name("id").unwrap();
+        let ids = ids.as_any().downcast_ref::<Int64Array>().unwrap();
+        let got: Vec<i64> = (0..ids.len()).map(|i| ids.value(i)).collect();
+        let want: Vec<i64> = match filter {
+            "id >= 0" => expected.clone(),
+            "id = 26" => vec![26],
+            _ => vec![],
+        };
+        assert_eq!(got, want, "filter {filter}");
+        assert!(indexed.explain.index.is_some(), "the segment must still serve through the FRI");
+    }
+}

@@ -262,13 +262,27 @@ fn ordered_records(
                 .zip(&group.new_fragments)
                 .map(|(id, fragment)| FragmentDigest::new(*id, fragment.physical_rows, 0))
                 .collect();
+            let sources = group_sources(read, &group.old_fragment_ids, &surviving);
             TransitionRecord::new(
-                source_digests(read, &group.old_fragment_ids)?,
+                source_digests(read, &sources)?,
                 destinations,
                 Mapping::OrderedCompaction { surviving },
                 read_version,
             )
         })
+        .collect()
+}
+
+/// The group's sources in read order: its listed fragments plus any whose rows
+/// it captured but a concurrent delete removed since (the rebase drops those
+/// from the positional run, yet their survivors are in the mapping).
+fn group_sources(read: &Manifest, listed: &[u64], surviving: &RoaringTreemap) -> Vec<u64> {
+    let captured: std::collections::BTreeSet<u64> =
+        surviving.bitmaps().map(|(fragment, _)| u64::from(fragment)).collect();
+    read.fragments
+        .iter()
+        .map(|fragment| fragment.id)
+        .filter(|id| listed.contains(id) || captured.contains(id))
         .collect()
 }
 
