@@ -249,7 +249,6 @@ fn hostile_results_are_refused_and_change_nothing() {
 /// A result that lies about its rows or points at someone else's file would make
 /// the committed version lose or duplicate rows; it must be refused.
 #[test]
-#[ignore = "BUG (refract-optimize commit_compaction): result files are trusted; run with --ignored"]
 fn lying_results_never_commit_a_wrong_version() {
     let mut failures = Vec::new();
     let cases: [(&str, ResultEdit); 3] = [

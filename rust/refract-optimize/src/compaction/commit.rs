@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::execute::RewriteResult;
 use super::inline_remap::InlineRemapHook;
+use super::verify::verify_results;
 use super::plan::{plan_compaction, CompactionPlan};
 use super::CompactionOptions;
 use refract_index::registry::IndexRegistry;
@@ -57,6 +58,7 @@ pub async fn commit_compaction(
         return Ok((dataset.clone(), CompactionMetrics::default()));
     };
     check_disjoint(&results)?;
+    verify_results(dataset, &results).await?;
     let mut metrics = CompactionMetrics::default();
     let latest = dataset.checkout_latest().await?;
     let mut groups = Vec::with_capacity(results.len());

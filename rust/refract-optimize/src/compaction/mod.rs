@@ -23,6 +23,7 @@ pub mod options;
 pub mod plan;
 pub mod planner;
 pub mod simulate;
+pub mod verify;
 
 #[cfg(test)]
 mod planner_tests;
