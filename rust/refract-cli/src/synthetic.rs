@@ -63,9 +63,12 @@ pub fn batch(start: i64, rows: usize, dim: i32) -> Result<RecordBatch> {
     let ids: Vec<i64> = (0..rows as i64).map(|i| start + i).collect();
     let categories: Int32Array = ids.iter().map(|id| (id % 10) as i32).collect();
     let mut texts = StringBuilder::with_capacity(rows, rows * 16);
-    let mut vectors =
-        FixedSizeListBuilder::with_capacity(Float32Builder::with_capacity(rows * dim as usize), dim, rows)
-            .with_field(Arc::new(Field::new("item", DataType::Float32, true)));
+    let mut vectors = FixedSizeListBuilder::with_capacity(
+        Float32Builder::with_capacity(rows * dim as usize),
+        dim,
+        rows,
+    )
+    .with_field(Arc::new(Field::new("item", DataType::Float32, true)));
     for &id in &ids {
         texts.append_value(text_for(id));
         for j in 0..dim {

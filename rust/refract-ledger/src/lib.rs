@@ -36,8 +36,8 @@ pub use external::{fri_directory, ExternalContent, MAX_EXTERNAL_BYTES};
 pub use fingerprint::{fingerprint_hex, Fingerprint};
 pub use ledger::Ledger;
 pub use lineage::Lineage;
-pub use system::{append_legacy_version, is_fri_name, FRI_INDEX_NAME, FRI_INDEX_TYPE};
 pub use model::{lift_legacy, FragmentDigest, LegacyVersion, Mapping, TransitionRecord};
+pub use system::{append_legacy_version, is_fri_name, FRI_INDEX_NAME, FRI_INDEX_TYPE};
 pub use validate::{MAX_FRAGMENT_ID_EXCLUSIVE, MAX_PARTITION_DESTINATIONS, MAX_PHYSICAL_ROWS};
 
 #[cfg(test)]

@@ -12,7 +12,11 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh, uniquely named in-memory dataset URI.
 pub fn memory_uri(name: &str) -> String {
-    format!("memory://{name}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "memory://{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 pub fn schema() -> SchemaRef {
@@ -27,7 +31,10 @@ pub fn batch(start: i64, rows: u64) -> RecordBatch {
     let texts: Vec<String> = ids.iter().map(|id| format!("row {id}")).collect();
     RecordBatch::try_new(
         schema(),
-        vec![Arc::new(Int64Array::from(ids)), Arc::new(StringArray::from(texts))],
+        vec![
+            Arc::new(Int64Array::from(ids)),
+            Arc::new(StringArray::from(texts)),
+        ],
     )
     .unwrap()
 }
@@ -35,14 +42,19 @@ pub fn batch(start: i64, rows: u64) -> RecordBatch {
 /// A dataset whose fragments have exactly `sizes` rows, ids 0.. in order.
 pub async fn dataset_with_fragments(sizes: &[u64]) -> Dataset {
     let uri = memory_uri("compaction");
-    let mut dataset = Dataset::create(&uri, schema(), OpenOptions::default()).await.unwrap();
+    let mut dataset = Dataset::create(&uri, schema(), OpenOptions::default())
+        .await
+        .unwrap();
     let mut next = 0i64;
     for size in sizes {
         let options = WriteOptions {
             max_rows_per_file: *size,
             ..WriteOptions::default()
         };
-        dataset.append(vec![batch(next, *size)], &options).await.unwrap();
+        dataset
+            .append(vec![batch(next, *size)], &options)
+            .await
+            .unwrap();
         next += *size as i64;
     }
     dataset
@@ -50,7 +62,12 @@ pub async fn dataset_with_fragments(sizes: &[u64]) -> Dataset {
 
 /// All `id` values in scan order.
 pub async fn scan_ids(dataset: &Dataset) -> Vec<i64> {
-    let batch = dataset.scan().project(&["id"]).try_into_batch().await.unwrap();
+    let batch = dataset
+        .scan()
+        .project(&["id"])
+        .try_into_batch()
+        .await
+        .unwrap();
     batch
         .column(0)
         .as_any()
@@ -62,5 +79,9 @@ pub async fn scan_ids(dataset: &Dataset) -> Vec<i64> {
 
 /// Physical rows of each fragment, in order.
 pub fn fragment_sizes(dataset: &Dataset) -> Vec<u64> {
-    dataset.fragments().iter().map(|f| f.physical_rows).collect()
+    dataset
+        .fragments()
+        .iter()
+        .map(|f| f.physical_rows)
+        .collect()
 }

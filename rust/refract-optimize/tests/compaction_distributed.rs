@@ -35,11 +35,15 @@ async fn tasks_committed_last_first_keep_order() {
     }
     // Commit the last task alone first, then the others in reverse order.
     let last = results.pop().unwrap();
-    let (after_last, metrics) = commit_compaction(&dataset, vec![last], &plan.options).await.unwrap();
+    let (after_last, metrics) = commit_compaction(&dataset, vec![last], &plan.options)
+        .await
+        .unwrap();
     assert_eq!(metrics.fragments_removed, 2);
     assert_eq!(scan_ids(&after_last).await, expected);
     results.reverse();
-    let (after_all, metrics) = commit_compaction(&after_last, results, &plan.options).await.unwrap();
+    let (after_all, metrics) = commit_compaction(&after_last, results, &plan.options)
+        .await
+        .unwrap();
     assert_eq!(metrics.fragments_removed, 4);
     assert_eq!(metrics.fragments_added, 2);
     assert_eq!(scan_ids(&after_all).await, expected);
@@ -61,8 +65,13 @@ async fn concurrent_append_lands_with_the_compaction() {
     let plan = plan_compaction(&dataset, &options(100)).unwrap();
     let results = vec![plan.tasks[0].execute(&dataset).await.unwrap()];
     let mut other = Dataset::open(dataset.uri()).await.unwrap();
-    other.append(vec![batch(30, 5)], &WriteOptions::default()).await.unwrap();
-    let (committed, _) = commit_compaction(&dataset, results, &plan.options).await.unwrap();
+    other
+        .append(vec![batch(30, 5)], &WriteOptions::default())
+        .await
+        .unwrap();
+    let (committed, _) = commit_compaction(&dataset, results, &plan.options)
+        .await
+        .unwrap();
     assert_eq!(scan_ids(&committed).await, (0..35).collect::<Vec<i64>>());
     assert_eq!(fragment_sizes(&committed), vec![30, 5]);
 }
@@ -74,7 +83,9 @@ async fn concurrent_delete_of_rewritten_rows_is_translated_not_lost() {
     let results = vec![plan.tasks[0].execute(&dataset).await.unwrap()];
     let mut other = Dataset::open(dataset.uri()).await.unwrap();
     other.delete("id = 3 OR id = 17 OR id = 29").await.unwrap();
-    let (committed, _) = commit_compaction(&dataset, results, &plan.options).await.unwrap();
+    let (committed, _) = commit_compaction(&dataset, results, &plan.options)
+        .await
+        .unwrap();
     let expected: Vec<i64> = (0..30).filter(|id| ![3, 17, 29].contains(id)).collect();
     assert_eq!(scan_ids(&committed).await, expected);
     assert_eq!(committed.count_rows(None).await.unwrap(), 27);
@@ -89,7 +100,9 @@ async fn concurrent_delete_removing_a_whole_source_fragment_is_translated() {
     let results = vec![plan.tasks[0].execute(&dataset).await.unwrap()];
     let mut other = Dataset::open(dataset.uri()).await.unwrap();
     other.delete("id >= 10 AND id < 20").await.unwrap();
-    let (committed, _) = commit_compaction(&dataset, results, &plan.options).await.unwrap();
+    let (committed, _) = commit_compaction(&dataset, results, &plan.options)
+        .await
+        .unwrap();
     let expected: Vec<i64> = (0..30).filter(|id| !(10..20).contains(id)).collect();
     assert_eq!(scan_ids(&committed).await, expected);
 }
@@ -100,8 +113,13 @@ async fn overlapping_rewrites_second_gets_a_retryable_conflict() {
     let plan = plan_compaction(&dataset, &options(100)).unwrap();
     let first = plan.tasks[0].execute(&dataset).await.unwrap();
     let second = plan.tasks[0].execute(&dataset).await.unwrap();
-    let (committed, _) = commit_compaction(&dataset, vec![first], &plan.options).await.unwrap();
-    let err = commit_compaction(&dataset, vec![second], &plan.options).await.err().unwrap();
+    let (committed, _) = commit_compaction(&dataset, vec![first], &plan.options)
+        .await
+        .unwrap();
+    let err = commit_compaction(&dataset, vec![second], &plan.options)
+        .await
+        .err()
+        .unwrap();
     assert!(err.is_retryable_conflict(), "{err}");
     assert!(matches!(err, Error::Conflict { .. }));
     let latest = committed.checkout_latest().await.unwrap();
@@ -117,7 +135,9 @@ async fn invalid_options_are_rejected_naming_the_option() {
         ..CompactionOptions::default()
     };
     match plan_compaction(&dataset, &bad) {
-        Err(Error::InvalidInput { message }) => assert!(message.contains("max_source_fragments"), "{message}"),
+        Err(Error::InvalidInput { message }) => {
+            assert!(message.contains("max_source_fragments"), "{message}")
+        }
         other => panic!("expected InvalidInput, got {other:?}"),
     }
 }
@@ -144,9 +164,16 @@ async fn deferred_rewrite_over_a_delete_that_removed_a_source_records_a_valid_tr
     let plan = plan_compaction(&dataset, &options).unwrap();
     let results = vec![plan.tasks[0].execute(&dataset).await.unwrap()];
     let mut other = Dataset::open(dataset.uri()).await.unwrap();
-    other.delete("(id >= 10 AND id < 20) OR id = 25").await.unwrap();
-    let (committed, _) = commit_compaction(&dataset, results, &plan.options).await.unwrap();
-    let expected: Vec<i64> = (0..30).filter(|id| !(10..20).contains(id) && *id != 25).collect();
+    other
+        .delete("(id >= 10 AND id < 20) OR id = 25")
+        .await
+        .unwrap();
+    let (committed, _) = commit_compaction(&dataset, results, &plan.options)
+        .await
+        .unwrap();
+    let expected: Vec<i64> = (0..30)
+        .filter(|id| !(10..20).contains(id) && *id != 25)
+        .collect();
     assert_eq!(scan_ids(&committed).await, expected);
     for filter in ["id >= 0", "id = 25", "id = 15", "id = 26"] {
         let indexed = Query::new(&committed)
@@ -166,6 +193,9 @@ async fn deferred_rewrite_over_a_delete_that_removed_a_source_records_a_valid_tr
             _ => vec![],
         };
         assert_eq!(got, want, "filter {filter}");
-        assert!(indexed.explain.index.is_some(), "the segment must still serve through the FRI");
+        assert!(
+            indexed.explain.index.is_some(),
+            "the segment must still serve through the FRI"
+        );
     }
 }

@@ -33,11 +33,22 @@ async fn btree_and_bitmap_follow_an_inline_compaction() {
     let dataset = create_index(&dataset, "id_btree", "id", "btree", &IndexParams::default())
         .await
         .unwrap();
-    let mut dataset = create_index(&dataset, "text_bitmap", "text", "bitmap", &IndexParams::default())
-        .await
-        .unwrap();
+    let mut dataset = create_index(
+        &dataset,
+        "text_bitmap",
+        "text",
+        "bitmap",
+        &IndexParams::default(),
+    )
+    .await
+    .unwrap();
     dataset.delete("id % 7 = 0").await.unwrap();
-    let before: BTreeSet<u128> = dataset.manifest().indices.iter().map(|i| i.uuid.as_u128()).collect();
+    let before: BTreeSet<u128> = dataset
+        .manifest()
+        .indices
+        .iter()
+        .map(|i| i.uuid.as_u128())
+        .collect();
     let options = CompactionOptions {
         target_rows_per_fragment: 1_000,
         ..CompactionOptions::default()
@@ -47,11 +58,26 @@ async fn btree_and_bitmap_follow_an_inline_compaction() {
     assert_eq!(dataset.fragments().len(), 1);
     let new_id = dataset.fragments()[0].id as u32;
     for index in dataset.manifest().indices.iter().filter(|i| !i.is_system()) {
-        assert!(!before.contains(&index.uuid.as_u128()), "segment {} was not rewritten", index.name);
+        assert!(
+            !before.contains(&index.uuid.as_u128()),
+            "segment {} was not rewritten",
+            index.name
+        );
         let coverage: Vec<u32> = index.fragment_bitmap.as_ref().unwrap().iter().collect();
-        assert_eq!(coverage, vec![new_id], "coverage of {} not restamped", index.name);
+        assert_eq!(
+            coverage,
+            vec![new_id],
+            "coverage of {} not restamped",
+            index.name
+        );
     }
-    for filter in ["id = 10", "id = 14", "id >= 40 AND id < 120", "id IN (1, 7, 199)", "text = 'row 33'"] {
+    for filter in [
+        "id = 10",
+        "id = 14",
+        "id >= 40 AND id < 120",
+        "id IN (1, 7, 199)",
+        "text = 'row 33'",
+    ] {
         let indexed = query_ids(&dataset, filter, true).await;
         let scanned = query_ids(&dataset, filter, false).await;
         assert_eq!(indexed, scanned, "filter {filter}");

@@ -20,17 +20,28 @@ const MAX_ROUNDS: usize = 200;
 async fn until_noop(dataset: &mut Dataset, options: &CompactionOptions, expected: &[i64]) -> usize {
     for round in 0..MAX_ROUNDS {
         let metrics = compact_files(dataset, options, None).await.unwrap();
-        assert_eq!(scan_ids(dataset).await, expected, "content/order changed in round {round}");
+        assert_eq!(
+            scan_ids(dataset).await,
+            expected,
+            "content/order changed in round {round}"
+        );
         if metrics.committed_version.is_none() {
             assert!(plan_compaction(dataset, options).unwrap().is_empty());
             let version = dataset.version();
             let again = compact_files(dataset, options, None).await.unwrap();
             assert_eq!(again.committed_version, None);
-            assert_eq!(dataset.version(), version, "a run at the fixed point committed");
+            assert_eq!(
+                dataset.version(),
+                version,
+                "a run at the fixed point committed"
+            );
             return round;
         }
     }
-    panic!("compaction did not converge in {MAX_ROUNDS} rounds: {:?}", fragment_sizes(dataset));
+    panic!(
+        "compaction did not converge in {MAX_ROUNDS} rounds: {:?}",
+        fragment_sizes(dataset)
+    );
 }
 
 fn sub_target(sizes: &[u64], target: u64) -> usize {
@@ -60,7 +71,10 @@ async fn early_partial_rewrite_keeps_scan_order() {
         ..CompactionOptions::default()
     };
     let metrics = compact_files(&mut dataset, &options, None).await.unwrap();
-    assert!(metrics.committed_version.is_some(), "a budget must never stall useful work");
+    assert!(
+        metrics.committed_version.is_some(),
+        "a budget must never stall useful work"
+    );
     assert_eq!(scan_ids(&dataset).await, before);
     // The rewritten run replaced the first two fragments in place.
     assert_eq!(fragment_sizes(&dataset)[0], 200);
@@ -115,7 +129,12 @@ async fn budgets_converge_no_worse_than_unbounded(
     let mut dataset = dataset_with_fragments(&sizes).await;
     // Small Lance files are dominated by fixed overhead: size the byte budget
     // from the real files so it admits at least three adjacent fragments.
-    let largest = dataset.fragments().iter().map(|f| f.size_bytes()).max().unwrap_or(1);
+    let largest = dataset
+        .fragments()
+        .iter()
+        .map(|f| f.size_bytes())
+        .max()
+        .unwrap_or(1);
     if budget == "bytes" {
         options.max_source_bytes = Some(largest * 4);
     }
@@ -142,7 +161,10 @@ async fn deletions_are_materialized_and_order_kept() {
         ..CompactionOptions::default()
     };
     until_noop(&mut dataset, &options, &expected).await;
-    assert!(dataset.fragments().iter().all(|f| f.deletion_file.is_none() || f.live_rows() >= 100));
+    assert!(dataset
+        .fragments()
+        .iter()
+        .all(|f| f.deletion_file.is_none() || f.live_rows() >= 100));
 }
 
 #[tokio::test]

@@ -175,7 +175,10 @@ async fn request_counts_cold_warm_and_prewarmed() {
     f.store.reset_stats();
     translate(&lazy, &[f.addresses[5]]).await; // chunk 0, a full one
     let full = f.store.stats().requests_under("_fri");
-    assert!((1..=1 + 2).contains(&full), "cold full-chunk read {full} times");
+    assert!(
+        (1..=1 + 2).contains(&full),
+        "cold full-chunk read {full} times"
+    );
     f.store.reset_stats();
     translate(&lazy, &[f.addresses[2_098_000], f.addresses[2_099_999]]).await;
     assert_eq!(f.store.stats().requests_under("_fri"), 0, "warm");

@@ -64,7 +64,10 @@ fn metrics_line(metrics: &CompactionMetrics) -> String {
     match metrics.committed_version {
         Some(version) => format!(
             "compacted {} fragments ({} files) into {} fragments ({} files); version {version}",
-            metrics.fragments_removed, metrics.files_removed, metrics.fragments_added, metrics.files_added
+            metrics.fragments_removed,
+            metrics.files_removed,
+            metrics.fragments_added,
+            metrics.files_added
         ),
         None => "nothing to compact".to_string(),
     }
@@ -80,7 +83,11 @@ pub async fn compact(uri: &str, args: &CompactArgs, until_noop: bool, json: bool
         let (bar, callback) = progress_bar(&format!("compaction round {round}"));
         let metrics = compact_files(&mut dataset, &options, Some(callback)).await?;
         bar.finish_and_clear();
-        let line = if json { metrics_json(&metrics) } else { metrics_line(&metrics) };
+        let line = if json {
+            metrics_json(&metrics)
+        } else {
+            metrics_line(&metrics)
+        };
         if until_noop && !json {
             println!("round {round}: {line}");
         } else {
@@ -104,16 +111,18 @@ pub async fn compact_plan(uri: &str, args: &CompactArgs) -> Result<()> {
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| {
-        Error::invalid_input(format!("cannot read {}: {e}", path.display()))
-    })
+    std::fs::read_to_string(path)
+        .map_err(|e| Error::invalid_input(format!("cannot read {}: {e}", path.display())))
 }
 
 /// `refract compact-exec`.
 pub async fn compact_exec(uri: &str, plan_path: &Path, task: usize) -> Result<()> {
     let plan = plan_from_json(&read_text(plan_path)?)?;
     let task = plan.tasks.get(task).ok_or_else(|| {
-        Error::invalid_input(format!("--task {task}: the plan has {} tasks", plan.tasks.len()))
+        Error::invalid_input(format!(
+            "--task {task}: the plan has {} tasks",
+            plan.tasks.len()
+        ))
     })?;
     let dataset = Dataset::open(uri).await?;
     let result = task.execute(&dataset).await?;
@@ -128,12 +137,22 @@ pub async fn compact_commit(uri: &str, result_paths: &[PathBuf], json: bool) -> 
     let mut results = Vec::with_capacity(result_paths.len());
     for path in result_paths {
         let result: RewriteResult = serde_json::from_str(&read_text(path)?).map_err(|e| {
-            Error::invalid_input(format!("{} is not a compaction result: {e}", path.display()))
+            Error::invalid_input(format!(
+                "{} is not a compaction result: {e}",
+                path.display()
+            ))
         })?;
         results.push(result);
     }
     let dataset = Dataset::open(uri).await?;
     let (_, metrics) = commit_compaction(&dataset, results, &CompactionOptions::default()).await?;
-    println!("{}", if json { metrics_json(&metrics) } else { metrics_line(&metrics) });
+    println!(
+        "{}",
+        if json {
+            metrics_json(&metrics)
+        } else {
+            metrics_line(&metrics)
+        }
+    );
     Ok(())
 }

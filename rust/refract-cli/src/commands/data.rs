@@ -39,7 +39,9 @@ pub async fn append_synthetic(
     };
     // Generate and append in slices so memory stays bounded on big appends;
     // each slice is a whole number of fragments.
-    let slice_rows = fragment_rows.max(1).saturating_mul((DEFAULT_FRAGMENT_ROWS / fragment_rows).max(1));
+    let slice_rows = fragment_rows
+        .max(1)
+        .saturating_mul((DEFAULT_FRAGMENT_ROWS / fragment_rows).max(1));
     let mut done = 0u64;
     while done < rows {
         let n = slice_rows.min(rows - done);
@@ -51,7 +53,13 @@ pub async fn append_synthetic(
 }
 
 /// `refract append`.
-pub async fn append(uri: &str, rows: u64, fragment_rows: Option<u64>, start: i64, dim: i32) -> Result<()> {
+pub async fn append(
+    uri: &str,
+    rows: u64,
+    fragment_rows: Option<u64>,
+    start: i64,
+    dim: i32,
+) -> Result<()> {
     let mut dataset = open_or_create(uri, dim).await?;
     let fragment_rows = fragment_rows.unwrap_or(DEFAULT_FRAGMENT_ROWS);
     append_synthetic(&mut dataset, rows, fragment_rows, start, dim).await?;

@@ -98,15 +98,28 @@ pub async fn run(dir: Option<PathBuf>) -> Result<()> {
     bar.finish_and_clear();
     summary.add(
         "append",
-        format!("{DEMO_ROWS} rows in {} fragments ({:.2?})", dataset.fragments().len(), started.elapsed()),
+        format!(
+            "{DEMO_ROWS} rows in {} fragments ({:.2?})",
+            dataset.fragments().len(),
+            started.elapsed()
+        ),
     );
     let fragments_before = dataset.fragments().len();
 
     let started = Instant::now();
-    let result = dataset.delete("id % 10 = 3 OR (id >= 40000 AND id < 60000)").await?;
+    let result = dataset
+        .delete("id % 10 = 3 OR (id >= 40000 AND id < 60000)")
+        .await?;
     deleted.push((-1, 3));
     deleted.push((40_000, 60_000));
-    summary.add("delete", format!("{} rows deleted ({:.2?})", result.rows_deleted, started.elapsed()));
+    summary.add(
+        "delete",
+        format!(
+            "{} rows deleted ({:.2?})",
+            result.rows_deleted,
+            started.elapsed()
+        ),
+    );
     check_content(&dataset, &deleted, &mut summary).await?;
 
     for (name, column, index_type) in INDICES {
@@ -118,7 +131,13 @@ pub async fn run(dir: Option<PathBuf>) -> Result<()> {
         };
         dataset = create_index(&dataset, name, column, index_type, &params).await?;
         bar.finish_and_clear();
-        summary.add(format!("index {name}"), format!("{index_type} on {column} built in {:.2?}", started.elapsed()));
+        summary.add(
+            format!("index {name}"),
+            format!(
+                "{index_type} on {column} built in {:.2?}",
+                started.elapsed()
+            ),
+        );
     }
     check_queries(&dataset, "after index build", &mut summary).await?;
 
@@ -151,8 +170,17 @@ pub async fn run(dir: Option<PathBuf>) -> Result<()> {
     fri_story(&mut dataset, &mut deleted, &mut summary).await?;
 
     let cleaned = cleanup_orphans(&dataset, std::time::Duration::ZERO).await?;
-    summary.add("cleanup", format!("{} unreferenced file(s) deleted", cleaned.deleted.len()));
-    summary.add("fragments", format!("{fragments_before} at the start → {} at the end", dataset.fragments().len()));
+    summary.add(
+        "cleanup",
+        format!("{} unreferenced file(s) deleted", cleaned.deleted.len()),
+    );
+    summary.add(
+        "fragments",
+        format!(
+            "{fragments_before} at the start → {} at the end",
+            dataset.fragments().len()
+        ),
+    );
     summary.add("query checks passed", summary.checks_passed.to_string());
     println!("{}", render_summary("summary", &summary.rows));
     println!(
@@ -168,22 +196,50 @@ pub async fn run(dir: Option<PathBuf>) -> Result<()> {
 /// compaction and a stable partition are recorded in the FRI ledger, queries
 /// translate, then `remap_indices` catches the segments up and `trim_fri`
 /// drains the history.
-async fn fri_story(dataset: &mut Dataset, deleted: &mut Vec<(i64, i64)>, summary: &mut Summary) -> Result<()> {
+async fn fri_story(
+    dataset: &mut Dataset,
+    deleted: &mut Vec<(i64, i64)>,
+    summary: &mut Summary,
+) -> Result<()> {
     let bar = spinner("appending late rows and indexing them");
-    append_synthetic(dataset, LATE_ROWS, LATE_FRAGMENT_ROWS, DEMO_ROWS as i64, DEMO_DIM).await?;
-    let late_fragments: Vec<u64> = dataset.fragments().iter().rev().take((LATE_ROWS / LATE_FRAGMENT_ROWS) as usize).map(|f| f.id).collect();
+    append_synthetic(
+        dataset,
+        LATE_ROWS,
+        LATE_FRAGMENT_ROWS,
+        DEMO_ROWS as i64,
+        DEMO_DIM,
+    )
+    .await?;
+    let late_fragments: Vec<u64> = dataset
+        .fragments()
+        .iter()
+        .rev()
+        .take((LATE_ROWS / LATE_FRAGMENT_ROWS) as usize)
+        .map(|f| f.id)
+        .collect();
     for (name, _, _) in INDICES {
         *dataset = optimize_indices(dataset, name).await?;
     }
     bar.finish_and_clear();
     dataset.delete("id >= 210000 AND id < 212000").await?;
     deleted.push((210_000, 212_000));
-    summary.add("late append", format!("{LATE_ROWS} rows in {} fragments, indexed by new segments", late_fragments.len()));
+    summary.add(
+        "late append",
+        format!(
+            "{LATE_ROWS} rows in {} fragments, indexed by new segments",
+            late_fragments.len()
+        ),
+    );
 
     let options = CompactionOptions {
         target_rows_per_fragment: 30_000,
         defer_index_remap: true,
-        excluded_fragment_ids: dataset.fragments().iter().map(|f| f.id).filter(|id| !late_fragments.contains(id)).collect(),
+        excluded_fragment_ids: dataset
+            .fragments()
+            .iter()
+            .map(|f| f.id)
+            .filter(|id| !late_fragments.contains(id))
+            .collect(),
         ..CompactionOptions::default()
     };
     let (bar, callback) = progress_bar("deferred compaction");
@@ -191,12 +247,25 @@ async fn fri_story(dataset: &mut Dataset, deleted: &mut Vec<(i64, i64)>, summary
     bar.finish_and_clear();
     summary.add(
         "compaction (deferred)",
-        format!("{} → {} fragments, segments untouched, transitions recorded", metrics.fragments_removed, metrics.fragments_added),
+        format!(
+            "{} → {} fragments, segments untouched, transitions recorded",
+            metrics.fragments_removed, metrics.fragments_added
+        ),
     );
     check_content(dataset, deleted, summary).await?;
 
-    let compacted: Vec<u64> = dataset.fragments().iter().rev().take(metrics.fragments_added as usize).map(|f| f.id).rev().collect();
-    let mut partition = PartitionOptions::new(PartitionBy::Hash { column: "category".into(), destinations: 4 });
+    let compacted: Vec<u64> = dataset
+        .fragments()
+        .iter()
+        .rev()
+        .take(metrics.fragments_added as usize)
+        .map(|f| f.id)
+        .rev()
+        .collect();
+    let mut partition = PartitionOptions::new(PartitionBy::Hash {
+        column: "category".into(),
+        destinations: 4,
+    });
     partition.fragments = Some(compacted);
     let started = Instant::now();
     let partitioned = partition_fragments(dataset, partition).await?;
@@ -204,7 +273,10 @@ async fn fri_story(dataset: &mut Dataset, deleted: &mut Vec<(i64, i64)>, summary
         "stable partition",
         format!(
             "{} → {} fragments by hash(category), row map of {} bytes ({:.2?})",
-            partitioned.fragments_removed, partitioned.fragments_added, partitioned.map_size_bytes, started.elapsed()
+            partitioned.fragments_removed,
+            partitioned.fragments_added,
+            partitioned.map_size_bytes,
+            started.elapsed()
         ),
     );
     check_multiset(dataset, deleted, summary).await?;
@@ -213,7 +285,14 @@ async fn fri_story(dataset: &mut Dataset, deleted: &mut Vec<(i64, i64)>, summary
 
     for (name, column, index_type) in INDICES {
         let started = Instant::now();
-        let report = remap_indices(dataset, RemapOptions { names: Some(vec![name.to_string()]), ..RemapOptions::default() }).await?;
+        let report = remap_indices(
+            dataset,
+            RemapOptions {
+                names: Some(vec![name.to_string()]),
+                ..RemapOptions::default()
+            },
+        )
+        .await?;
         let remap_time = started.elapsed();
         let rebuild_time = time_rebuild(dataset, name, column, index_type).await?;
         summary.add(
@@ -229,12 +308,32 @@ async fn fri_story(dataset: &mut Dataset, deleted: &mut Vec<(i64, i64)>, summary
     );
     check_queries(dataset, "after remap and trim", summary).await?;
 
-    let report = maintain(dataset, MaintainOptions { until_noop: true, compaction: Some(CompactionOptions { target_rows_per_fragment: 30_000, ..CompactionOptions::default() }), ..MaintainOptions::default() }).await?;
+    let report = maintain(
+        dataset,
+        MaintainOptions {
+            until_noop: true,
+            compaction: Some(CompactionOptions {
+                target_rows_per_fragment: 30_000,
+                ..CompactionOptions::default()
+            }),
+            ..MaintainOptions::default()
+        },
+    )
+    .await?;
     let last_noop = report.rounds.last().is_some_and(|round| round.is_noop());
     if !report.converged || !last_noop {
-        return Err(Error::corrupt("demo", "maintenance did not reach a fixed point"));
+        return Err(Error::corrupt(
+            "demo",
+            "maintenance did not reach a fixed point",
+        ));
     }
-    summary.add("maintain --until-noop", format!("{} round(s); the last committed nothing", report.rounds.len()));
+    summary.add(
+        "maintain --until-noop",
+        format!(
+            "{} round(s); the last committed nothing",
+            report.rounds.len()
+        ),
+    );
     check_multiset(dataset, deleted, summary).await?;
     check_queries(dataset, "at the fixed point", summary).await?;
     Ok(())
@@ -242,13 +341,25 @@ async fn fri_story(dataset: &mut Dataset, deleted: &mut Vec<(i64, i64)>, summary
 
 /// How long building `name`'s current segments from scratch takes (the files
 /// are not committed; cleanup removes them).
-async fn time_rebuild(dataset: &Dataset, name: &str, column: &str, index_type: &str) -> Result<std::time::Duration> {
+async fn time_rebuild(
+    dataset: &Dataset,
+    name: &str,
+    column: &str,
+    index_type: &str,
+) -> Result<std::time::Duration> {
     let registry = IndexRegistry::with_builtins();
     let registered = registry.get(index_type)?;
-    let params = IndexParams { partitions: (index_type == "ivf_flat").then_some(DEMO_PARTITIONS), ..IndexParams::default() };
+    let params = IndexParams {
+        partitions: (index_type == "ivf_flat").then_some(DEMO_PARTITIONS),
+        ..IndexParams::default()
+    };
     let started = Instant::now();
     for segment in segments_of(dataset, name) {
-        let fragments: Vec<u64> = segment.fragment_bitmap.as_ref().map(|b| b.iter().map(u64::from).collect()).unwrap_or_default();
+        let fragments: Vec<u64> = segment
+            .fragment_bitmap
+            .as_ref()
+            .map(|b| b.iter().map(u64::from).collect())
+            .unwrap_or_default();
         build_segment(dataset, registered, name, column, &fragments, &params).await?;
     }
     Ok(started.elapsed())
@@ -259,7 +370,9 @@ fn prepare_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
         Some(dir) => dir,
         None => std::env::temp_dir().join(format!("refract-demo-{}", std::process::id())),
     };
-    let non_empty = std::fs::read_dir(&dir).map(|mut d| d.next().is_some()).unwrap_or(false);
+    let non_empty = std::fs::read_dir(&dir)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
     if non_empty {
         return Err(Error::invalid_input(format!(
             "--dir {} is not empty; the demo needs a fresh directory",
@@ -272,7 +385,10 @@ fn prepare_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
 
 fn spinner(message: &str) -> ProgressBar {
     let bar = ProgressBar::new_spinner();
-    bar.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
     bar.set_message(message.to_string());
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
     bar
@@ -292,19 +408,30 @@ fn is_deleted(id: i64, deleted: &[(i64, i64)]) -> bool {
 }
 
 /// Scans the table and checks content and order against the synthetic model.
-async fn check_content(dataset: &Dataset, deleted: &[(i64, i64)], summary: &mut Summary) -> Result<()> {
+async fn check_content(
+    dataset: &Dataset,
+    deleted: &[(i64, i64)],
+    summary: &mut Summary,
+) -> Result<()> {
     let request = ScanRequest {
         columns: Some(vec!["id".into()]),
         ..ScanRequest::default()
     };
     let rows = read_rows(dataset, &request).await?;
     let ids = int64_column(&rows, "id")?;
-    let total = if ids.last().is_some_and(|id| *id >= DEMO_ROWS as i64) { DEMO_ROWS + LATE_ROWS } else { DEMO_ROWS };
+    let total = if ids.last().is_some_and(|id| *id >= DEMO_ROWS as i64) {
+        DEMO_ROWS + LATE_ROWS
+    } else {
+        DEMO_ROWS
+    };
     let expected = (0..total as i64).filter(|id| !is_deleted(*id, deleted));
     if !ids.iter().copied().eq(expected) {
         return Err(Error::corrupt(
             "demo dataset",
-            format!("version {}: full scan does not match the expected rows and order", dataset.version()),
+            format!(
+                "version {}: full scan does not match the expected rows and order",
+                dataset.version()
+            ),
         ));
     }
     summary.checks_passed += 1;
@@ -313,7 +440,11 @@ async fn check_content(dataset: &Dataset, deleted: &[(i64, i64)], summary: &mut 
 
 /// After a stable partition rows are grouped by destination, so the table
 /// holds exactly the expected rows (each once) in a new order.
-async fn check_multiset(dataset: &Dataset, deleted: &[(i64, i64)], summary: &mut Summary) -> Result<()> {
+async fn check_multiset(
+    dataset: &Dataset,
+    deleted: &[(i64, i64)],
+    summary: &mut Summary,
+) -> Result<()> {
     let request = ScanRequest {
         columns: Some(vec!["id".into()]),
         ..ScanRequest::default()
@@ -351,14 +482,29 @@ async fn check_queries(dataset: &Dataset, when: &str, summary: &mut Summary) -> 
             .project(&["id"])
             .execute()
             .await?;
-        let scanned = Query::new(dataset).filter(filter)?.project(&["id"]).use_index(false).execute().await?;
+        let scanned = Query::new(dataset)
+            .filter(filter)?
+            .project(&["id"])
+            .use_index(false)
+            .execute()
+            .await?;
         if int64_column(&indexed.batch, "id")? != int64_column(&scanned.batch, "id")? {
-            return Err(Error::corrupt("demo", format!("{when}: indexed query `{filter}` differs from a scan")));
+            return Err(Error::corrupt(
+                "demo",
+                format!("{when}: indexed query `{filter}` differs from a scan"),
+            ));
         }
-        translated += indexed.explain.segments.iter().filter(|s| s.translated).count();
+        translated += indexed
+            .explain
+            .segments
+            .iter()
+            .filter(|s| s.translated)
+            .count();
         summary.checks_passed += 1;
     }
-    let vector: Vec<f32> = (0..DEMO_DIM).map(|j| synthetic::vector_component(4242, j)).collect();
+    let vector: Vec<f32> = (0..DEMO_DIM)
+        .map(|j| synthetic::vector_component(4242, j))
+        .collect();
     let indexed = Query::new(dataset)
         .with_resolver(Arc::new(FriResolver::from_env()))
         .nearest("vec", &vector, 10, PROBE_ALL)
@@ -371,7 +517,10 @@ async fn check_queries(dataset: &Dataset, when: &str, summary: &mut Summary) -> 
         .use_index(false)
         .execute()
         .await?;
-    let (indexed_ids, exact_ids) = (int64_column(&indexed.batch, "id")?, int64_column(&exact.batch, "id")?);
+    let (indexed_ids, exact_ids) = (
+        int64_column(&indexed.batch, "id")?,
+        int64_column(&exact.batch, "id")?,
+    );
     if indexed_ids != exact_ids {
         return Err(Error::corrupt(
             "demo",

@@ -19,7 +19,13 @@ fn to_json<T: Serialize>(value: &T) -> Result<String> {
 }
 
 /// `refract partition`.
-pub async fn partition(uri: &str, by: &str, destinations: u32, fragments: Option<Vec<u64>>, json: bool) -> Result<()> {
+pub async fn partition(
+    uri: &str,
+    by: &str,
+    destinations: u32,
+    fragments: Option<Vec<u64>>,
+    json: bool,
+) -> Result<()> {
     let mut dataset = Dataset::open(uri).await?;
     let mut options = PartitionOptions::new(PartitionBy::Hash {
         column: by.to_string(),
@@ -37,7 +43,11 @@ pub async fn partition(uri: &str, by: &str, destinations: u32, fragments: Option
             metrics.fragments_removed,
             metrics.fragments_added,
             metrics.rows_written,
-            if metrics.transition_recorded { ", transition recorded in the FRI" } else { "" }
+            if metrics.transition_recorded {
+                ", transition recorded in the FRI"
+            } else {
+                ""
+            }
         ),
         None => println!("nothing to partition"),
     }
@@ -76,7 +86,11 @@ pub async fn fri(uri: &str, json: bool) -> Result<()> {
             ids(&transition.sources),
             ids(&transition.destinations),
             &transition.fingerprint[..16.min(transition.fingerprint.len())],
-            transition.map_id.as_ref().map(|id| format!(" map {id}")).unwrap_or_default()
+            transition
+                .map_id
+                .as_ref()
+                .map(|id| format!(" map {id}"))
+                .unwrap_or_default()
         );
     }
     Ok(())
@@ -92,7 +106,12 @@ fn remap_options(name: Option<String>, budget_bytes: Option<u64>) -> RemapOption
 }
 
 /// `refract remap`.
-pub async fn remap(uri: &str, name: Option<String>, budget_bytes: Option<u64>, json: bool) -> Result<()> {
+pub async fn remap(
+    uri: &str,
+    name: Option<String>,
+    budget_bytes: Option<u64>,
+    json: bool,
+) -> Result<()> {
     let mut dataset = Dataset::open(uri).await?;
     let report = remap_indices(&mut dataset, remap_options(name, budget_bytes)).await?;
     if json {
@@ -110,11 +129,19 @@ pub async fn remap(uri: &str, name: Option<String>, budget_bytes: Option<u64>, j
     );
     for segment in &report.segments {
         let status = match &segment.status {
-            SegmentStatus::Remapped { transitions, coverage, .. } => {
+            SegmentStatus::Remapped {
+                transitions,
+                coverage,
+                ..
+            } => {
                 format!("remapped through {transitions} transition(s), coverage {coverage:?}")
             }
-            SegmentStatus::Skipped { reason, message } => format!("skipped ({reason:?}): {message}"),
-            SegmentStatus::Unchanged { reason, message } => format!("unchanged ({reason:?}): {message}"),
+            SegmentStatus::Skipped { reason, message } => {
+                format!("skipped ({reason:?}): {message}")
+            }
+            SegmentStatus::Unchanged { reason, message } => {
+                format!("unchanged ({reason:?}): {message}")
+            }
         };
         println!("  {} {}: {status}", segment.name, segment.uuid);
     }
@@ -141,7 +168,13 @@ pub async fn trim(uri: &str, json: bool) -> Result<()> {
 }
 
 /// `refract maintain`.
-pub async fn run_maintain(uri: &str, args: &CompactArgs, until_noop: bool, reindex: bool, json: bool) -> Result<()> {
+pub async fn run_maintain(
+    uri: &str,
+    args: &CompactArgs,
+    until_noop: bool,
+    reindex: bool,
+    json: bool,
+) -> Result<()> {
     let mut dataset = Dataset::open(uri).await?;
     let options = MaintainOptions {
         compaction: Some(options_from_args(args)?),
@@ -167,6 +200,9 @@ pub async fn run_maintain(uri: &str, args: &CompactArgs, until_noop: bool, reind
             if round.is_noop() { " (no-op)" } else { "" }
         );
     }
-    println!("converged: {}, version {}", report.converged, report.final_version);
+    println!(
+        "converged: {}, version {}",
+        report.converged, report.final_version
+    );
     Ok(())
 }

@@ -3,17 +3,23 @@
 use std::sync::Arc;
 
 use refract_core::{Error, Result};
-use refract_reader::FriResolver;
 use refract_index::manage::{create_index, list_indices, optimize_indices};
 use refract_index::query::{Explain, Query};
 use refract_index::types::IndexParams;
+use refract_reader::FriResolver;
 use refract_table::dataset::Dataset;
 
 use crate::args::{IndexKind, RowFormat};
 use crate::output::render_rows;
 
 /// `refract create-index`.
-pub async fn create(uri: &str, name: &str, column: &str, kind: IndexKind, partitions: Option<u32>) -> Result<()> {
+pub async fn create(
+    uri: &str,
+    name: &str,
+    column: &str,
+    kind: IndexKind,
+    partitions: Option<u32>,
+) -> Result<()> {
     let dataset = Dataset::open(uri).await?;
     let params = IndexParams {
         partitions,
@@ -35,7 +41,10 @@ pub async fn optimize(uri: &str, name: Option<&str>) -> Result<()> {
     let mut dataset = Dataset::open(uri).await?;
     let names: Vec<String> = match name {
         Some(name) => vec![name.to_string()],
-        None => list_indices(&dataset).into_iter().map(|summary| summary.name).collect(),
+        None => list_indices(&dataset)
+            .into_iter()
+            .map(|summary| summary.name)
+            .collect(),
     };
     for name in names {
         let before = dataset.version();
@@ -102,14 +111,24 @@ pub fn render_explain(explain: &Explain) -> String {
             }
         ));
     }
-    out.push_str(&format!("  scanned fragments: {:?}\n", explain.scanned_fragments));
+    out.push_str(&format!(
+        "  scanned fragments: {:?}\n",
+        explain.scanned_fragments
+    ));
     out
 }
 
 /// `refract query`.
-pub async fn query(uri: &str, request: &QueryRequest, explain: bool, format: RowFormat) -> Result<()> {
+pub async fn query(
+    uri: &str,
+    request: &QueryRequest,
+    explain: bool,
+    format: RowFormat,
+) -> Result<()> {
     if request.filter.is_none() && request.nearest.is_none() {
-        return Err(Error::invalid_input("query needs --filter and/or --nearest with --vector"));
+        return Err(Error::invalid_input(
+            "query needs --filter and/or --nearest with --vector",
+        ));
     }
     let dataset = Dataset::open(uri).await?;
     let result = build_query(&dataset, request)?.execute().await?;

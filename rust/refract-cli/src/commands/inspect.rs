@@ -59,7 +59,10 @@ pub async fn inspect(uri: &str, as_json: bool) -> Result<()> {
         "flags: reader 0x{:x}, writer 0x{:x}",
         manifest.reader_flags, manifest.writer_flags
     );
-    println!("{:>8} {:>14} {:>12}  data files", "fragment", "physical_rows", "deleted_rows");
+    println!(
+        "{:>8} {:>14} {:>12}  data files",
+        "fragment", "physical_rows", "deleted_rows"
+    );
     for fragment in &manifest.fragments {
         let files: Vec<String> = fragment.files.iter().map(|f| f.path.to_string()).collect();
         println!(

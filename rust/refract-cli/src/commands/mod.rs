@@ -2,9 +2,9 @@
 
 mod compact;
 pub mod data;
+mod demo;
 pub mod fri;
 pub mod index;
-mod demo;
 mod inspect;
 
 use refract_core::Result;

@@ -86,7 +86,8 @@ async fn segment_hits(
             )));
         };
         let exhausted = scored.len() < want;
-        let live = keep_live_matching(query, current_scored(&served.resolved, scored).await?).await?;
+        let live =
+            keep_live_matching(query, current_scored(&served.resolved, scored).await?).await?;
         if exhausted || live.len() >= req.k {
             return Ok(live);
         }

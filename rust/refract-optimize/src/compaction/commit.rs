@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::execute::RewriteResult;
 use super::inline_remap::InlineRemapHook;
-use super::verify::verify_results;
 use super::plan::{plan_compaction, CompactionPlan};
+use super::verify::verify_results;
 use super::CompactionOptions;
 use refract_index::registry::IndexRegistry;
 

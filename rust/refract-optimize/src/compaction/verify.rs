@@ -17,7 +17,10 @@ use roaring::RoaringTreemap;
 use super::execute::RewriteResult;
 
 fn lie(result: &RewriteResult, message: impl std::fmt::Display) -> Error {
-    Error::invalid_input(format!("compaction result of task {}: {message}", result.task_index))
+    Error::invalid_input(format!(
+        "compaction result of task {}: {message}",
+        result.task_index
+    ))
 }
 
 /// Verifies every result against the dataset; see the module docs.
@@ -38,7 +41,10 @@ pub async fn verify_results(dataset: &Dataset, results: &[RewriteResult]) -> Res
         verify_sources(&read, result)?;
         for file in &result.new_files {
             if referenced.contains(file.path.as_str()) || !claimed.insert(file.path.clone()) {
-                return Err(lie(result, format!("{} already belongs to the table", file.path)));
+                return Err(lie(
+                    result,
+                    format!("{} already belongs to the table", file.path),
+                ));
             }
             verify_file(dataset, result, &file.path, file.size_bytes, file.num_rows).await?;
         }
@@ -48,44 +54,74 @@ pub async fn verify_results(dataset: &Dataset, results: &[RewriteResult]) -> Res
 
 /// The old run and the captured survivors match the read version.
 fn verify_sources(read: &Dataset, result: &RewriteResult) -> Result<()> {
-    if result.old_fragment_ids.len() != result.old_physical_rows.len() || result.old_fragment_ids.is_empty() {
+    if result.old_fragment_ids.len() != result.old_physical_rows.len()
+        || result.old_fragment_ids.is_empty()
+    {
         return Err(lie(result, "old fragments and their row counts disagree"));
     }
     let surviving = result.surviving()?;
     let mut counted = 0u64;
-    for (id, physical_rows) in result.old_fragment_ids.iter().zip(&result.old_physical_rows) {
-        let fragment = read
-            .manifest()
-            .fragment(*id)
-            .ok_or_else(|| lie(result, format!("fragment {id} is not in version {}", result.read_version)))?;
+    for (id, physical_rows) in result
+        .old_fragment_ids
+        .iter()
+        .zip(&result.old_physical_rows)
+    {
+        let fragment = read.manifest().fragment(*id).ok_or_else(|| {
+            lie(
+                result,
+                format!("fragment {id} is not in version {}", result.read_version),
+            )
+        })?;
         if fragment.physical_rows != *physical_rows {
-            return Err(lie(result, format!("fragment {id} has {} physical rows, not {physical_rows}", fragment.physical_rows)));
+            return Err(lie(
+                result,
+                format!(
+                    "fragment {id} has {} physical rows, not {physical_rows}",
+                    fragment.physical_rows
+                ),
+            ));
         }
-        let fragment_id = u32::try_from(*id).map_err(|_| lie(result, format!("fragment id {id} is out of range")))?;
+        let fragment_id = u32::try_from(*id)
+            .map_err(|_| lie(result, format!("fragment id {id} is out of range")))?;
         let start = u64::from(RowAddress::new(fragment_id, 0));
         let mut range = RoaringTreemap::new();
         range.insert_range(start..start + fragment.physical_rows);
         let in_fragment = surviving.intersection_len(&range);
         if in_fragment != fragment.live_rows() {
-            return Err(lie(result, format!(
-                "captured {in_fragment} survivors of fragment {id}, which has {} live rows",
-                fragment.live_rows()
-            )));
+            return Err(lie(
+                result,
+                format!(
+                    "captured {in_fragment} survivors of fragment {id}, which has {} live rows",
+                    fragment.live_rows()
+                ),
+            ));
         }
         counted += in_fragment;
     }
     if counted != surviving.len() {
-        return Err(lie(result, "captured survivors lie outside the old fragments"));
+        return Err(lie(
+            result,
+            "captured survivors lie outside the old fragments",
+        ));
     }
     let written: u64 = result.new_files.iter().map(|file| file.num_rows).sum();
     if written != counted {
-        return Err(lie(result, format!("{counted} survivors but {written} rows written")));
+        return Err(lie(
+            result,
+            format!("{counted} survivors but {written} rows written"),
+        ));
     }
     Ok(())
 }
 
 /// The file exists under `data/`, has the declared size and rows.
-async fn verify_file(dataset: &Dataset, result: &RewriteResult, path: &str, size_bytes: u64, num_rows: u64) -> Result<()> {
+async fn verify_file(
+    dataset: &Dataset,
+    result: &RewriteResult,
+    path: &str,
+    size_bytes: u64,
+    num_rows: u64,
+) -> Result<()> {
     let path = RelativePath::parse(path)?;
     if !path.as_str().starts_with("data/") {
         return Err(lie(result, format!("{path} is not a data file path")));
@@ -96,11 +132,17 @@ async fn verify_file(dataset: &Dataset, result: &RewriteResult, path: &str, size
         Err(e) => return Err(e),
     };
     if actual != size_bytes {
-        return Err(lie(result, format!("{path} has {actual} bytes, not {size_bytes}")));
+        return Err(lie(
+            result,
+            format!("{path} has {actual} bytes, not {size_bytes}"),
+        ));
     }
     let reader = LanceFileReader::open(dataset.store(), &path, Some(actual)).await?;
     if reader.num_rows() != num_rows || num_rows == 0 {
-        return Err(lie(result, format!("{path} holds {} rows, not {num_rows}", reader.num_rows())));
+        return Err(lie(
+            result,
+            format!("{path} holds {} rows, not {num_rows}", reader.num_rows()),
+        ));
     }
     Ok(())
 }

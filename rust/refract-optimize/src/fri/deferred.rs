@@ -277,8 +277,10 @@ fn ordered_records(
 /// it captured but a concurrent delete removed since (the rebase drops those
 /// from the positional run, yet their survivors are in the mapping).
 fn group_sources(read: &Manifest, listed: &[u64], surviving: &RoaringTreemap) -> Vec<u64> {
-    let captured: std::collections::BTreeSet<u64> =
-        surviving.bitmaps().map(|(fragment, _)| u64::from(fragment)).collect();
+    let captured: std::collections::BTreeSet<u64> = surviving
+        .bitmaps()
+        .map(|(fragment, _)| u64::from(fragment))
+        .collect();
     read.fragments
         .iter()
         .map(|fragment| fragment.id)

@@ -43,7 +43,11 @@ pub(crate) async fn translate_deletes_through_rewrite(
 }
 
 /// Rows of `group`'s survivors deleted at `latest`, translated onto its new fragments.
-async fn rebase_group(latest: &Dataset, base: &Manifest, group: &RewriteGroup) -> Result<RewriteGroup> {
+async fn rebase_group(
+    latest: &Dataset,
+    base: &Manifest,
+    group: &RewriteGroup,
+) -> Result<RewriteGroup> {
     let changed = group.old_fragment_ids.iter().any(|id| {
         latest.manifest().fragment(*id).map(|f| &f.deletion_file)
             != base.fragment(*id).map(|f| &f.deletion_file)
@@ -80,7 +84,10 @@ async fn rebase_group(latest: &Dataset, base: &Manifest, group: &RewriteGroup) -
             let Some(Some(moved)) = remap.get(address) else {
                 return Err(Error::corrupt(
                     "rewrite transaction",
-                    format!("surviving address {} does not map to a new row", RowAddress::from(address)),
+                    format!(
+                        "surviving address {} does not map to a new row",
+                        RowAddress::from(address)
+                    ),
                 ));
             };
             let moved = RowAddress::from(moved);
@@ -89,7 +96,8 @@ async fn rebase_group(latest: &Dataset, base: &Manifest, group: &RewriteGroup) -
         }
         for (fragment, vector) in new_fragments.iter_mut().zip(&vectors) {
             if !vector.is_empty() {
-                fragment.deletion_file = Some(write_deletion_file(latest.store(), fragment.id, vector).await?);
+                fragment.deletion_file =
+                    Some(write_deletion_file(latest.store(), fragment.id, vector).await?);
             }
         }
     }
@@ -101,7 +109,11 @@ async fn rebase_group(latest: &Dataset, base: &Manifest, group: &RewriteGroup) -
 }
 
 /// Survivors that are deleted (or whose fragment is gone) at `latest`.
-async fn newly_deleted(latest: &Dataset, group: &RewriteGroup, survivors: &RoaringTreemap) -> Result<RoaringTreemap> {
+async fn newly_deleted(
+    latest: &Dataset,
+    group: &RewriteGroup,
+    survivors: &RoaringTreemap,
+) -> Result<RoaringTreemap> {
     let mut gone = RoaringTreemap::new();
     for id in &group.old_fragment_ids {
         let start = id << 32;
@@ -111,7 +123,10 @@ async fn newly_deleted(latest: &Dataset, group: &RewriteGroup, survivors: &Roari
             None => gone |= in_fragment,
             Some(fragment) if fragment.deletion_file.is_some() => {
                 let vector = latest.deletion_vector(fragment).await?;
-                let deleted: RoaringTreemap = vector.iter().map(|offset| start | u64::from(offset)).collect();
+                let deleted: RoaringTreemap = vector
+                    .iter()
+                    .map(|offset| start | u64::from(offset))
+                    .collect();
                 gone |= in_fragment & deleted;
             }
             Some(_) => {}
@@ -128,14 +143,18 @@ fn range_treemap(start: u64, end: u64) -> RoaringTreemap {
 
 /// The group's remap with new fragments named by their ordinal (ids are not
 /// assigned yet).
-fn ordinal_remap(base: &Manifest, group: &RewriteGroup, survivors: RoaringTreemap) -> Result<RowAddrRemap> {
+fn ordinal_remap(
+    base: &Manifest,
+    group: &RewriteGroup,
+    survivors: RoaringTreemap,
+) -> Result<RowAddrRemap> {
     let old_fragments = group
         .old_fragment_ids
         .iter()
         .map(|id| {
-            let fragment = base
-                .fragment(*id)
-                .ok_or_else(|| Error::not_found(format!("fragment {id} at the rewrite's read version")))?;
+            let fragment = base.fragment(*id).ok_or_else(|| {
+                Error::not_found(format!("fragment {id} at the rewrite's read version"))
+            })?;
             Ok(FragmentRows {
                 id: *id,
                 physical_rows: fragment.physical_rows,
