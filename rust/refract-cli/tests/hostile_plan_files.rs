@@ -17,6 +17,9 @@ use refract_table::testing::{sample_rows, sample_schema, snapshot};
 use refract_table::{Dataset, WriteOptions};
 use serde_json::Value;
 
+/// An edit applied to a serialized plan.
+type PlanEdit = fn(&mut Value);
+
 fn fuzz_cases() -> u32 {
     std::env::var("REFRACT_FUZZ_CASES")
         .ok()
@@ -159,7 +162,7 @@ fn exec_with(edit: impl FnOnce(&mut Value)) -> Error {
 
 #[test]
 fn hostile_tasks_are_refused() {
-    let cases: [(&str, fn(&mut Value)); 6] = [
+    let cases: [(&str, PlanEdit); 6] = [
         ("unknown fragment", |p| {
             p["fragment_ids"] = serde_json::json!([1, 2, 99])
         }),

@@ -97,12 +97,12 @@ pub async fn fri(uri: &str, json: bool) -> Result<()> {
 }
 
 fn remap_options(name: Option<String>, budget_bytes: Option<u64>) -> RemapOptions {
-    let mut options = RemapOptions::default();
-    options.names = name.map(|n| vec![n]);
-    if let Some(budget) = budget_bytes {
-        options.budget_bytes = budget;
+    let defaults = RemapOptions::default();
+    RemapOptions {
+        names: name.map(|n| vec![n]),
+        budget_bytes: budget_bytes.unwrap_or(defaults.budget_bytes),
+        ..defaults
     }
-    options
 }
 
 /// `refract remap`.
