@@ -199,3 +199,19 @@ async fn deferred_rewrite_over_a_delete_that_removed_a_source_records_a_valid_tr
         );
     }
 }
+
+#[tokio::test]
+async fn compaction_can_run_on_a_spawned_task() {
+    let dataset = dataset_with_fragments(&[10, 10, 10]).await;
+    let handle = tokio::spawn(async move {
+        let mut dataset = dataset;
+        let metrics =
+            refract_optimize::compaction::compact_files(&mut dataset, &options(100), None)
+                .await
+                .unwrap();
+        (metrics, scan_ids(&dataset).await)
+    });
+    let (metrics, ids) = handle.await.unwrap();
+    assert_eq!(metrics.fragments_removed, 3);
+    assert_eq!(ids, (0..30).collect::<Vec<i64>>());
+}

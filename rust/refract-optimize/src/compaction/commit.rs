@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use refract_core::{Error, Result};
 use refract_table::dataset::Dataset;
 use refract_table::transaction::{Operation, RewriteGroup, Transaction};
@@ -156,8 +157,14 @@ pub async fn execute_plan(
     let mut done = 0usize;
     let mut rows_done = 0u64;
     let mut results = Vec::with_capacity(tasks_total);
-    let mut running = futures::stream::iter(plan.tasks.iter().map(|task| task.execute(dataset)))
-        .buffer_unordered(parallelism);
+    // Boxed up front so the stream's type names no closure: that keeps the
+    // whole compaction future `Send` (callers spawn it on their runtimes).
+    let pending: Vec<BoxFuture<'_, Result<RewriteResult>>> = plan
+        .tasks
+        .iter()
+        .map(|task| task.execute(dataset).boxed())
+        .collect();
+    let mut running = futures::stream::iter(pending).buffer_unordered(parallelism);
     while let Some(result) = running.try_next().await? {
         done += 1;
         rows_done += result.rows_read;
