@@ -9,7 +9,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::fri_common::{fragment_ids, rows, scan_ids_of, write_options};
+use common::fri_common::{fragment_ids, rows, scan_ids as scan_ids_of, write_options};
 use common::*;
 use refract_index::{optimize_indices, IndexRegistry};
 use refract_optimize::compaction::CompactionOptions;

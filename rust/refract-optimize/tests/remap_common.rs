@@ -1,8 +1,8 @@
 //! Shared fixtures for the remap / trim / maintain tests (included with
-//! `#[path]`; it mounts the FRI writer fixtures as `fri_common`).
+//! `#[path]`; it mounts the FRI writer fixtures `fri_common.rs`).
 #![allow(dead_code)]
 
-#[path = "remap_tables.rs"]
+#[path = "fri_common.rs"]
 pub mod fri_common;
 
 use std::collections::HashMap;
