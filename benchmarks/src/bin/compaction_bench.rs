@@ -196,14 +196,15 @@ async fn bench_compaction(dataset: &mut Dataset, args: &Args) -> BenchResult<()>
     Ok(())
 }
 
-/// The read side of a task: the same scan (row addresses, batch size) and the
-/// same capture of surviving addresses, with nothing written.
+/// The read side of a task: the same scan (row addresses, batch size, one-pass
+/// reads) and a capture of the surviving addresses, with nothing written.
 async fn bench_read_side(dataset: &Dataset) -> BenchResult<()> {
     let started = Instant::now();
     let mut stream = dataset
         .scan()
         .with_row_address()
         .batch_size(BATCH_SIZE)
+        .one_pass()
         .try_into_stream()
         .await?;
     let mut surviving = RoaringTreemap::new();
@@ -229,7 +230,7 @@ async fn bench_read_side(dataset: &Dataset) -> BenchResult<()> {
 }
 
 /// The write side of a task: the rows, already in memory as batches of the
-/// task's batch size, written to one Lance file. Only the writing is timed; the
+/// task's batch size, written to one Lance file by the writer a task uses. Only the writing is timed; the
 /// batches are read first, so this phase's peak RSS includes them.
 async fn bench_write_side(dataset: &Dataset) -> BenchResult<()> {
     let batches: Vec<RecordBatch> = dataset
@@ -245,7 +246,8 @@ async fn bench_write_side(dataset: &Dataset) -> BenchResult<()> {
         .ok_or("the table is empty")?;
     let path = data_file_path("compaction-bench-write-side.lance")?;
     let started = Instant::now();
-    let mut writer = LanceFileWriter::create(dataset.store(), &path, schema).await?;
+    let mut writer =
+        LanceFileWriter::create_keeping_batches(dataset.store(), &path, schema).await?;
     for batch in &batches {
         writer.write(batch).await?;
     }

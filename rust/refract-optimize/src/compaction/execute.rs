@@ -5,8 +5,13 @@
 //! read in manifest order, offsets ascending, and rows are written in exactly
 //! the order they were read. Nothing here reorders, buffers a whole output, or
 //! keeps per-row maps: the capture is a `RoaringTreemap`.
+//!
+//! Reading (with the capture) and writing run as two tasks joined by a channel
+//! of [`READ_AHEAD_BATCHES`] batches, so decoding the sources and encoding the
+//! outputs overlap while memory stays bounded by that channel.
 
 use arrow_array::{RecordBatch, UInt64Array};
+use futures::stream::BoxStream;
 use futures::StreamExt;
 use refract_core::{Error, Result};
 use refract_table::dataset::{Dataset, ROW_ADDRESS_COLUMN};
@@ -15,6 +20,8 @@ use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::paths::{data_file_path, RelativePath};
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::plan::CompactionTask;
@@ -95,25 +102,24 @@ impl CompactionTask {
                 self.task_index
             )));
         }
-        let mut stream = dataset
+        // The sources are read once and replaced: no metadata caching, and
+        // small files are fetched whole.
+        let stream = dataset
             .scan()
             .fragments(&self.plan.fragment_ids)
             .with_row_address()
             .batch_size(self.batch_size)
+            .one_pass()
             .try_into_stream()
             .await?;
+        let (sender, mut receiver) = mpsc::channel(READ_AHEAD_BATCHES);
+        let reader = AbortOnDrop(tokio::spawn(read_sources(stream, sender)));
         let mut outputs = OutputSplitter::new(&dataset, self.plan.output_rows.clone());
-        let mut surviving = RoaringTreemap::new();
-        let mut rows_read = 0u64;
-        while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            let (data, addresses) = split_row_addresses(&batch)?;
-            // Fragments come in manifest order, which is not id order after
-            // earlier in-place rewrites, so insert rather than append.
-            surviving.extend(addresses.values().iter().copied());
-            rows_read += data.num_rows() as u64;
-            outputs.write(&data).await?;
+        // The channel closes when the reader is done; a read error arrives in it.
+        while let Some(data) = receiver.recv().await {
+            outputs.write(&data?).await?;
         }
+        let (surviving, rows_read) = reader.join().await?;
         let new_files = outputs.finish().await?;
         let mut surviving_bytes = Vec::with_capacity(surviving.serialized_size());
         surviving
@@ -158,6 +164,99 @@ impl CompactionTask {
             )));
         }
         Ok(run.to_vec())
+    }
+}
+
+/// Batches the reader may run ahead of the writer.
+const READ_AHEAD_BATCHES: usize = 4;
+
+/// Addresses collected before they are added to the capture in one sorted
+/// insertion (the translation batch limit, so the buffer stays small).
+const CAPTURE_BUFFER_ADDRESSES: usize = 65_536;
+
+/// The reading half of a task: streams the data batches to the writer in
+/// order and returns the captured surviving addresses and the rows read.
+async fn read_sources(
+    mut stream: BoxStream<'static, Result<RecordBatch>>,
+    sender: mpsc::Sender<Result<RecordBatch>>,
+) -> Result<(RoaringTreemap, u64)> {
+    let mut capture = AddressCapture::default();
+    let mut rows_read = 0u64;
+    while let Some(batch) = stream.next().await {
+        let split = batch.and_then(|batch| split_row_addresses(&batch));
+        let data = match split {
+            Ok((data, addresses)) => {
+                capture.add(addresses.values())?;
+                rows_read += data.num_rows() as u64;
+                Ok(data)
+            }
+            Err(err) => Err(err),
+        };
+        let failed = data.is_err();
+        // A closed channel means the writer gave up; its error is the one reported.
+        if sender.send(data).await.is_err() || failed {
+            break;
+        }
+    }
+    Ok((capture.finish()?, rows_read))
+}
+
+/// Collects surviving addresses into a `RoaringTreemap` in sorted chunks:
+/// fragments come in manifest order, which is not id order after earlier
+/// in-place rewrites, and inserting chunk by chunk keeps the bitmap's
+/// allocations together instead of growing one container per fragment
+/// between the large, short-lived batch buffers.
+#[derive(Default)]
+struct AddressCapture {
+    surviving: RoaringTreemap,
+    pending: Vec<u64>,
+}
+
+impl AddressCapture {
+    fn add(&mut self, addresses: &[u64]) -> Result<()> {
+        for chunk in addresses.chunks(CAPTURE_BUFFER_ADDRESSES) {
+            if self.pending.len() + chunk.len() > CAPTURE_BUFFER_ADDRESSES {
+                self.flush()?;
+            }
+            self.pending.extend_from_slice(chunk);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.pending.sort_unstable();
+        self.pending.dedup();
+        let chunk = RoaringTreemap::from_sorted_iter(self.pending.drain(..))
+            .map_err(|e| Error::corrupt("scan", format!("row addresses out of order: {e}")))?;
+        self.surviving |= chunk;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<RoaringTreemap> {
+        self.flush()?;
+        Ok(self.surviving)
+    }
+}
+
+/// A spawned task that is aborted if its owner stops waiting for it (the
+/// writer failed), so a reader never outlives its task.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl AbortOnDrop<Result<(RoaringTreemap, u64)>> {
+    async fn join(mut self) -> Result<(RoaringTreemap, u64)> {
+        match (&mut self.0).await {
+            Ok(result) => result,
+            Err(join) => Err(Error::external("reading compaction sources", join)),
+        }
     }
 }
 
@@ -225,7 +324,10 @@ impl<'a> OutputSplitter<'a> {
             ));
         };
         let path = data_file_path(&format!("{}.lance", Uuid::new_v4()))?;
-        let writer = LanceFileWriter::create(self.dataset.store(), &path, batch.schema()).await?;
+        // Scan batches own their buffers and are dropped once written.
+        let writer =
+            LanceFileWriter::create_keeping_batches(self.dataset.store(), &path, batch.schema())
+                .await?;
         self.current = Some((writer, path, size));
         Ok(())
     }
@@ -250,5 +352,59 @@ impl<'a> OutputSplitter<'a> {
         }
         self.close_current().await?;
         Ok(std::mem::take(&mut self.written))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Feeds `batches` to a capture and returns the treemap it builds.
+    fn capture(batches: &[Vec<u64>]) -> RoaringTreemap {
+        let mut capture = AddressCapture::default();
+        for batch in batches {
+            capture.add(batch).unwrap();
+        }
+        capture.finish().unwrap()
+    }
+
+    #[test]
+    fn capture_crosses_the_buffer_limit_without_losing_addresses() {
+        // Two fragments, out of id order, with one batch larger than the buffer.
+        let second: Vec<u64> = (0..70_000u64).map(|offset| (9 << 32) | offset).collect();
+        let first: Vec<u64> = (0..10u64).map(|offset| (2 << 32) | (offset * 3)).collect();
+        let captured = capture(&[second.clone(), first.clone()]);
+        let expected: RoaringTreemap = second.into_iter().chain(first).collect();
+        assert_eq!(captured, expected);
+        assert_eq!(captured.len(), 70_010);
+    }
+
+    #[test]
+    fn empty_capture_is_empty() {
+        assert!(capture(&[]).is_empty());
+        assert!(capture(&[vec![], vec![]]).is_empty());
+    }
+
+    proptest! {
+        /// Fragments in any id order, offsets ascending within each, cut into
+        /// batches of any size: the capture holds exactly the addresses seen.
+        #[test]
+        fn capture_equals_inserting_every_address(
+            fragments in prop::collection::vec(
+                (0u64..50, prop::collection::btree_set(0u32..200_000, 0..300)),
+                0..12,
+            ),
+            batch_rows in 1usize..500,
+        ) {
+            let addresses: Vec<u64> = fragments
+                .iter()
+                .flat_map(|(id, offsets)| offsets.iter().map(move |o| (id << 32) | u64::from(*o)))
+                .collect();
+            let batches: Vec<Vec<u64>> = addresses.chunks(batch_rows).map(<[u64]>::to_vec).collect();
+            let expected: RoaringTreemap = addresses.iter().copied().collect();
+            prop_assert_eq!(capture(&batches), expected);
+        }
     }
 }

@@ -15,8 +15,9 @@ use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use refract_core::{row_address, DeletionVector, Error, Result};
 
-use super::Dataset;
+use super::{single_data_file, Dataset};
 use crate::format::Fragment;
+use crate::io::lance_files::{LanceFileReader, PREFETCH_LIMIT_BYTES};
 use crate::predicate::{self, Expr};
 
 /// Name of the row-address column a scan adds with [`Scanner::with_row_address`].
@@ -25,8 +26,17 @@ pub const ROW_ADDRESS_COLUMN: &str = "_rowaddr";
 /// Default rows per output batch.
 pub const DEFAULT_SCAN_BATCH_SIZE: usize = 8_192;
 
-/// Fragments opened ahead of the one being read.
-const FRAGMENT_READAHEAD: usize = 2;
+/// Fewest fragments opened ahead of the one being read.
+const MIN_FRAGMENT_READAHEAD: usize = 2;
+/// Most fragments opened ahead: bounds open files and buffered batches.
+const MAX_FRAGMENT_READAHEAD: usize = 16;
+/// Rows the read-ahead aims to keep in flight. Small fragments get more
+/// fragments in flight so per-file open latency overlaps; large ones stay at
+/// the minimum so memory stays bounded.
+const READAHEAD_ROWS: u64 = 65_536;
+/// Bytes of data files the read-ahead aims to keep in flight (a one-pass scan
+/// may hold small files whole, see [`Scanner::one_pass`]).
+const READAHEAD_BYTES: u64 = 16 << 20;
 
 /// A scan builder; see [`Dataset::scan`].
 #[derive(Clone)]
@@ -38,6 +48,7 @@ pub struct Scanner {
     limit: Option<u64>,
     fragment_ids: Option<Vec<u64>>,
     batch_size: usize,
+    one_pass: bool,
 }
 
 /// Everything one fragment's batches need, shared across its batches.
@@ -49,6 +60,7 @@ struct BatchPlan {
     filter: Option<Arc<Expr>>,
     with_row_address: bool,
     output_schema: SchemaRef,
+    one_pass: bool,
 }
 
 impl Dataset {
@@ -62,6 +74,7 @@ impl Dataset {
             limit: None,
             fragment_ids: None,
             batch_size: DEFAULT_SCAN_BATCH_SIZE,
+            one_pass: false,
         }
     }
 
@@ -129,6 +142,16 @@ impl Scanner {
         self
     }
 
+    /// Reads each data file once, for fragments about to be replaced
+    /// (compaction): file metadata is not kept in the store's Lance cache, and
+    /// files up to [`PREFETCH_LIMIT_BYTES`] are fetched whole in one request
+    /// instead of several ranged reads. Results are identical; only I/O and
+    /// caching differ.
+    pub fn one_pass(mut self) -> Self {
+        self.one_pass = true;
+        self
+    }
+
     /// The schema of the batches this scan yields.
     pub fn output_schema(&self) -> Result<SchemaRef> {
         Ok(self.plan()?.output_schema)
@@ -140,13 +163,14 @@ impl Scanner {
         let fragments = self.selected_fragments()?;
         let dataset = self.dataset.clone();
         let batch_size = u32::try_from(self.batch_size).unwrap_or(u32::MAX);
+        let readahead = fragment_readahead(&fragments);
         let per_fragment = stream::iter(fragments)
             .map(move |fragment| {
                 let dataset = dataset.clone();
                 let plan = plan.clone();
                 async move { fragment_stream(dataset, fragment, plan, batch_size).await }
             })
-            .buffered(FRAGMENT_READAHEAD)
+            .buffered(readahead)
             .try_flatten();
         let Some(limit) = self.limit else {
             return Ok(per_fragment.boxed());
@@ -242,8 +266,25 @@ impl Scanner {
             filter: self.filter.clone(),
             with_row_address: self.with_row_address,
             output_schema: Arc::new(Schema::new(output_fields)),
+            one_pass: self.one_pass,
         })
     }
+}
+
+/// Fragments to open ahead for `fragments`: enough to keep about
+/// [`READAHEAD_ROWS`] rows and at most about [`READAHEAD_BYTES`] in flight,
+/// within the fixed bounds.
+fn fragment_readahead(fragments: &[Fragment]) -> usize {
+    let count = fragments.len() as u64;
+    if count == 0 {
+        return MIN_FRAGMENT_READAHEAD;
+    }
+    let average_rows = (fragments.iter().map(|f| f.physical_rows).sum::<u64>() / count).max(1);
+    let average_bytes = (fragments.iter().map(|f| f.size_bytes()).sum::<u64>() / count).max(1);
+    let wanted = (READAHEAD_ROWS / average_rows).min(READAHEAD_BYTES / average_bytes);
+    usize::try_from(wanted)
+        .unwrap_or(MAX_FRAGMENT_READAHEAD)
+        .clamp(MIN_FRAGMENT_READAHEAD, MAX_FRAGMENT_READAHEAD)
 }
 
 /// Opens one fragment and yields its processed batches.
@@ -257,7 +298,17 @@ async fn fragment_stream(
     if deletions.live_rows(fragment.physical_rows) == 0 {
         return Ok(stream::empty().boxed());
     }
-    let reader = dataset.fragment_reader(&fragment).await?;
+    let reader = if plan.one_pass {
+        let file = single_data_file(&fragment)?;
+        if file.size_bytes <= PREFETCH_LIMIT_BYTES {
+            LanceFileReader::open_prefetched(dataset.store(), &file.path, file.size_bytes).await?
+        } else {
+            LanceFileReader::open_uncached(dataset.store(), &file.path, Some(file.size_bytes))
+                .await?
+        }
+    } else {
+        dataset.fragment_reader(&fragment).await?
+    };
     let columns: Vec<&str> = plan.read_columns.iter().map(String::as_str).collect();
     let batches = reader
         .read_range(0..fragment.physical_rows, Some(&columns), batch_size)
@@ -379,4 +430,151 @@ pub(crate) fn concat(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Reco
     }
     arrow::compute::concat_batches(schema, batches)
         .map_err(|err| Error::external("concatenating scan batches", err))
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
+    use arrow_array::{Int64Array, StringArray};
+    use rstest::rstest;
+
+    use super::*;
+    use crate::dataset::{OpenOptions, WriteOptions};
+    use crate::format::DataFile;
+    use crate::io::paths::RelativePath;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new(
+                "vector",
+                DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), 4),
+                true,
+            ),
+        ]))
+    }
+
+    /// Rows `0..n`: name null every 5th row, vector null every 11th.
+    fn rows(n: usize) -> RecordBatch {
+        let ids: Vec<i64> = (0..n as i64).collect();
+        let names: StringArray = ids
+            .iter()
+            .map(|i| (i % 5 != 0).then(|| format!("row-{i}")))
+            .collect();
+        let mut vectors = FixedSizeListBuilder::new(Float32Builder::new(), 4);
+        for i in &ids {
+            for k in 0..4 {
+                vectors.values().append_value(*i as f32 + k as f32);
+            }
+            vectors.append(i % 11 != 0);
+        }
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(names),
+                Arc::new(vectors.finish()),
+            ],
+        )
+        .unwrap()
+    }
+
+    async fn dataset(rows_total: usize, rows_per_file: u64) -> Dataset {
+        let uri = format!("memory://scan-one-pass-{}", uuid::Uuid::new_v4());
+        let mut dataset = Dataset::create(&uri, schema(), OpenOptions::default())
+            .await
+            .unwrap();
+        let options = WriteOptions {
+            max_rows_per_file: rows_per_file,
+            ..WriteOptions::default()
+        };
+        dataset
+            .append(vec![rows(rows_total)], &options)
+            .await
+            .unwrap();
+        dataset
+    }
+
+    async fn collect(scanner: Scanner) -> RecordBatch {
+        scanner.try_into_batch().await.unwrap()
+    }
+
+    #[rstest]
+    #[case::one_row_files(40, 1)]
+    #[case::small_files(300, 7)]
+    #[case::one_file(300, 1_000)]
+    #[tokio::test]
+    async fn one_pass_scan_yields_exactly_the_default_scan(
+        #[case] rows_total: usize,
+        #[case] rows_per_file: u64,
+    ) {
+        let mut dataset = dataset(rows_total, rows_per_file).await;
+        dataset.delete("id % 3 = 0").await.unwrap();
+        let plain = collect(dataset.scan().with_row_address().batch_size(5)).await;
+        let one_pass = collect(dataset.scan().with_row_address().batch_size(5).one_pass()).await;
+        assert_eq!(one_pass, plain);
+        let expected_ids: Vec<i64> = (0..rows_total as i64).filter(|i| i % 3 != 0).collect();
+        let ids = one_pass
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(ids.values().to_vec(), expected_ids);
+        // Projection, filter, limit and a fragment subset behave the same too.
+        let subset: Vec<u64> = dataset.fragments().iter().skip(1).map(|f| f.id).collect();
+        let narrowed = |scanner: Scanner| {
+            scanner
+                .project(&["name", "id"])
+                .filter("id > 10")
+                .unwrap()
+                .fragments(&subset)
+                .limit(50)
+        };
+        assert_eq!(
+            collect(narrowed(dataset.scan()).one_pass()).await,
+            collect(narrowed(dataset.scan())).await
+        );
+    }
+
+    #[tokio::test]
+    async fn one_pass_fetches_each_small_file_whole_in_one_request() {
+        let dataset = dataset(120, 10).await;
+        assert_eq!(dataset.fragments().len(), 12);
+        dataset.store().reset_stats();
+        let batch = collect(dataset.scan().one_pass()).await;
+        assert_eq!(batch.num_rows(), 120);
+        let stats = dataset.store().stats();
+        let data_bytes: u64 = dataset.fragments().iter().map(|f| f.size_bytes()).sum();
+        assert_eq!(
+            (stats.gets, stats.get_ranges, stats.heads, stats.bytes_read),
+            (12, 0, 0, data_bytes)
+        );
+    }
+
+    fn fragment(physical_rows: u64, size_bytes: u64) -> Fragment {
+        Fragment {
+            id: 1,
+            files: vec![DataFile {
+                path: RelativePath::parse("data/x.lance").unwrap(),
+                size_bytes,
+                num_rows: physical_rows,
+            }],
+            physical_rows,
+            deletion_file: None,
+        }
+    }
+
+    #[rstest]
+    #[case::no_fragments(vec![], 2)]
+    #[case::small_fragments(vec![fragment(1_000, 130_000); 4], 16)]
+    #[case::mid_fragments(vec![fragment(16_384, 2_000_000); 4], 4)]
+    #[case::wide_rows(vec![fragment(1_000, 8 << 20); 4], 2)]
+    #[case::large_fragments(vec![fragment(1_048_576, 130 << 20); 4], 2)]
+    fn readahead_keeps_rows_and_bytes_in_flight_bounded(
+        #[case] fragments: Vec<Fragment>,
+        #[case] expected: usize,
+    ) {
+        assert_eq!(fragment_readahead(&fragments), expected);
+    }
 }

@@ -9,22 +9,27 @@
 
 use std::error::Error as StdError;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use arrow_array::{Array, RecordBatch, UInt32Array};
 use arrow_schema::{Schema as ArrowSchema, SchemaRef};
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
+use lance_core::cache::LanceCache;
 use lance_encoding::decoder::{DecoderPlugins, FilterExpression};
 use lance_file::reader::{FileReader, FileReaderOptions, ReaderProjection};
 use lance_file::version::ConcreteFileVersion;
 use lance_file::versions;
 use lance_file::writer::{FileWriter, FileWriterOptions};
+use lance_io::object_store::ObjectStore as LanceObjectStore;
 use lance_io::scheduler::{ScanScheduler, SchedulerConfig};
 use lance_io::utils::CachedFileSize;
 use lance_io::ReadBatchParams;
+use object_store::memory::InMemory;
+use object_store::{ObjectStoreExt, PutPayload};
 use refract_core::{Error, Result};
+use url::Url;
 
 use super::paths::RelativePath;
 use super::store::DatasetStore;
@@ -37,6 +42,30 @@ const DEFAULT_BATCH_ROWS: u32 = 65_536;
 const LANCE_FOOTER_LEN: u64 = 40;
 /// Batches decoded ahead of the consumer.
 const BATCH_READAHEAD: u32 = 4;
+
+/// Where a reader keeps the file's metadata (footer, column and page metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MetadataCaching {
+    /// The store's shared Lance cache.
+    Store,
+    /// Nowhere: the reader holds what it needs and drops it with itself.
+    None,
+}
+
+/// A zero-capacity Lance cache shared by uncached readers (a fresh one per
+/// reader would build a cache structure per file for nothing).
+static NO_METADATA_CACHE: LazyLock<LanceCache> = LazyLock::new(LanceCache::no_cache);
+
+/// Largest file [`LanceFileReader::open_prefetched`] fetches whole.
+pub const PREFETCH_LIMIT_BYTES: u64 = 4 << 20;
+/// Block size of the in-memory store behind a prefetched file: reads there
+/// cost nothing, so coalesce generously.
+const PREFETCH_BLOCK_SIZE: usize = 64 << 10;
+/// I/O parallelism Lance assumes for a prefetched file.
+const PREFETCH_IO_PARALLELISM: usize = 8;
+/// URL of the in-memory store behind a prefetched file (a memory scheme, so
+/// Lance reads through the store rather than the local filesystem).
+const PREFETCH_STORE_URL: &str = "memory:///";
 
 /// What a finished Lance file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +130,32 @@ impl LanceFileWriter {
         path: &RelativePath,
         schema: SchemaRef,
     ) -> Result<Self> {
+        Self::create_with(store, path, schema, FileWriterOptions::default()).await
+    }
+
+    /// Like [`Self::create`], for writers fed with batches they may keep: the
+    /// arrays of each batch are held by reference until their page is written
+    /// instead of being copied first. Use it when batches own their buffers
+    /// and are dropped after writing (compaction outputs), so keeping them
+    /// costs no more memory than the copy would.
+    pub async fn create_keeping_batches(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let options = FileWriterOptions {
+            keep_original_array: Some(true),
+            ..FileWriterOptions::default()
+        };
+        Self::create_with(store, path, schema, options).await
+    }
+
+    async fn create_with(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+        options: FileWriterOptions,
+    ) -> Result<Self> {
         match store.head(path).await {
             Ok(_) => {
                 return Err(Error::invalid_input(format!(
@@ -117,13 +172,8 @@ impl LanceFileWriter {
             .create(&path.to_object_path())
             .await
             .map_err(|e| lance_error("creating", path, e, false))?;
-        let inner = versions::create_writer(
-            FILE_VERSION,
-            object_writer,
-            lance_schema,
-            FileWriterOptions::default(),
-        )
-        .map_err(|e| lance_error("creating", path, e, false))?;
+        let inner = versions::create_writer(FILE_VERSION, object_writer, lance_schema, options)
+            .map_err(|e| lance_error("creating", path, e, false))?;
         Ok(LanceFileWriter {
             inner,
             schema,
@@ -219,16 +269,36 @@ async fn explain_size_mismatch(
     }
 }
 
-/// Opens a reader on a file of `size` bytes (size already validated).
+/// Runs [`open_reader`] in its own task so a panic inside lance on crafted
+/// bytes surfaces as a Corrupt error instead of unwinding through the caller.
+async fn open_isolated(
+    lance_store: Arc<LanceObjectStore>,
+    path: &RelativePath,
+    size: u64,
+    cache: LanceCache,
+) -> Result<LanceFileReader> {
+    let task = tokio::spawn(open_reader(lance_store, path.clone(), size, cache));
+    match task.await {
+        Ok(result) => result,
+        Err(join) if join.is_panic() => Err(Error::corrupt(
+            format!("Lance file {path}"),
+            "the Lance decoder panicked while opening the file",
+        )),
+        Err(join) => Err(Error::external(format!("opening Lance file {path}"), join)),
+    }
+}
+
+/// Opens a reader on a file of `size` bytes (size already validated) in
+/// `lance_store`, keeping its metadata in `cache`.
 async fn open_reader(
-    store: DatasetStore,
+    lance_store: Arc<LanceObjectStore>,
     path: RelativePath,
     size: u64,
+    cache: LanceCache,
 ) -> Result<LanceFileReader> {
-    let lance_store = store.lance_store();
     let scheduler = ScanScheduler::new(
         lance_store.clone(),
-        SchedulerConfig::max_bandwidth(lance_store),
+        SchedulerConfig::max_bandwidth(&lance_store),
     );
     let file = scheduler
         .open_file(&path.to_object_path(), &CachedFileSize::new(size))
@@ -238,7 +308,7 @@ async fn open_reader(
         file,
         None,
         Arc::<DecoderPlugins>::default(),
-        store.lance_cache(),
+        &cache,
         FileReaderOptions::default(),
     )
     .await
@@ -328,11 +398,33 @@ impl std::fmt::Debug for LanceFileReader {
 
 impl LanceFileReader {
     /// Opens the file at `path`; missing → NotFound, undecodable → Corrupt.
-    /// `known_size` (from the manifest) saves a HEAD request.
+    /// `known_size` (from the manifest) saves a HEAD request. The file's
+    /// metadata is cached in the store's Lance cache for later opens.
     pub async fn open(
         store: &DatasetStore,
         path: &RelativePath,
         known_size: Option<u64>,
+    ) -> Result<Self> {
+        Self::open_with(store, path, known_size, MetadataCaching::Store).await
+    }
+
+    /// Like [`Self::open`], but nothing about the file is kept in the store's
+    /// Lance cache: for one-pass reads of files that are about to be replaced
+    /// (compaction), where caching thousands of small files' metadata only
+    /// evicts useful entries and leaves long-lived allocations behind.
+    pub async fn open_uncached(
+        store: &DatasetStore,
+        path: &RelativePath,
+        known_size: Option<u64>,
+    ) -> Result<Self> {
+        Self::open_with(store, path, known_size, MetadataCaching::None).await
+    }
+
+    async fn open_with(
+        store: &DatasetStore,
+        path: &RelativePath,
+        known_size: Option<u64>,
+        caching: MetadataCaching,
     ) -> Result<Self> {
         let size = match known_size {
             Some(size) => size,
@@ -346,23 +438,69 @@ impl LanceFileReader {
                 format!("{size} bytes is shorter than the {LANCE_FOOTER_LEN}-byte footer"),
             ));
         }
-        // Decoding runs in its own task so a panic inside lance on crafted bytes
-        // surfaces as a Corrupt error instead of unwinding through the caller.
-        let task = tokio::spawn(open_reader(store.clone(), path.clone(), size));
-        let result = match task.await {
-            Ok(result) => result,
-            Err(join) if join.is_panic() => Err(Error::corrupt(
-                format!("Lance file {path}"),
-                "the Lance decoder panicked while opening the file",
-            )),
-            Err(join) => Err(Error::external(format!("opening Lance file {path}"), join)),
+        let cache = match caching {
+            MetadataCaching::Store => store.lance_cache().clone(),
+            MetadataCaching::None => NO_METADATA_CACHE.clone(),
         };
+        let result = open_isolated(store.lance_store().clone(), path, size, cache).await;
         match (result, known_size) {
             (Err(Error::External { context, source }), Some(expected)) => {
                 Err(explain_size_mismatch(store, path, expected, context, source).await)
             }
             (result, _) => result,
         }
+    }
+
+    /// Fetches the whole file in one request and opens a reader on the bytes in
+    /// memory; nothing is cached. For one-pass reads of small files (compaction
+    /// sources), where Lance's ranged reads would cost several requests per
+    /// file. `size` is the size the manifest records: a file of another size is
+    /// Corrupt; a size over [`PREFETCH_LIMIT_BYTES`] is InvalidInput.
+    pub async fn open_prefetched(
+        store: &DatasetStore,
+        path: &RelativePath,
+        size: u64,
+    ) -> Result<Self> {
+        if size > PREFETCH_LIMIT_BYTES {
+            return Err(Error::invalid_input(format!(
+                "Lance file {path} is {size} bytes; only files up to {PREFETCH_LIMIT_BYTES} bytes are fetched whole"
+            )));
+        }
+        if size < LANCE_FOOTER_LEN {
+            return Err(Error::corrupt(
+                format!("Lance file {path}"),
+                format!("{size} bytes is shorter than the {LANCE_FOOTER_LEN}-byte footer"),
+            ));
+        }
+        let bytes = store.get(path).await?;
+        if bytes.len() as u64 != size {
+            return Err(Error::corrupt(
+                format!("Lance file {path}"),
+                format!(
+                    "file is {} bytes but {size} bytes were expected",
+                    bytes.len()
+                ),
+            ));
+        }
+        let memory = InMemory::new();
+        memory
+            .put(&path.to_object_path(), PutPayload::from(bytes))
+            .await
+            .map_err(|e| Error::external(format!("buffering Lance file {path}"), e))?;
+        let url = Url::parse(PREFETCH_STORE_URL)
+            .map_err(|e| Error::external("parsing the in-memory store URL", e))?;
+        let lance_store = LanceObjectStore::new(
+            Arc::new(memory),
+            url,
+            Some(PREFETCH_BLOCK_SIZE),
+            None,
+            false,
+            false,
+            PREFETCH_IO_PARALLELISM,
+            0,
+            None,
+        );
+        open_isolated(Arc::new(lance_store), path, size, NO_METADATA_CACHE.clone()).await
     }
 
     /// The path this reader was opened on.
@@ -552,4 +690,135 @@ fn positions_in(unique: &[u32], offsets: &[u32]) -> Result<UInt32Array> {
         })
         .collect::<Result<Vec<u32>>>()
         .map(UInt32Array::from)
+}
+
+#[cfg(test)]
+mod prefetch_tests {
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field};
+    use bytes::Bytes;
+    use rstest::rstest;
+
+    use super::*;
+
+    async fn memory_store() -> DatasetStore {
+        let uri = format!("memory://lance-prefetch-{}", uuid::Uuid::new_v4());
+        DatasetStore::open(&uri, true).await.unwrap()
+    }
+
+    fn path(raw: &str) -> RelativePath {
+        RelativePath::parse(raw).unwrap()
+    }
+
+    fn batch(start: i64, n: usize) -> RecordBatch {
+        let schema = Arc::new(ArrowSchema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let ids: Vec<i64> = (start..start + n as i64).collect();
+        let names: StringArray = ids
+            .iter()
+            .map(|i| (i % 3 != 0).then(|| format!("name-{i}")))
+            .collect();
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from(ids)), Arc::new(names)],
+        )
+        .unwrap()
+    }
+
+    /// Writes batches of 100 rows; `keep` selects the writer that keeps its input.
+    async fn write(store: &DatasetStore, at: &RelativePath, rows: usize, keep: bool) -> u64 {
+        let schema = batch(0, 0).schema();
+        let mut writer = if keep {
+            LanceFileWriter::create_keeping_batches(store, at, schema).await
+        } else {
+            LanceFileWriter::create(store, at, schema).await
+        }
+        .unwrap();
+        for start in (0..rows).step_by(100) {
+            writer
+                .write(&batch(start as i64, 100.min(rows - start)))
+                .await
+                .unwrap();
+        }
+        writer.finish().await.unwrap().size_bytes
+    }
+
+    #[rstest]
+    #[case::copying_writer(false)]
+    #[case::keeping_writer(true)]
+    #[tokio::test]
+    async fn prefetched_and_uncached_readers_read_what_was_written(#[case] keep: bool) {
+        let store = memory_store().await;
+        let at = path("data/a.lance");
+        let size = write(&store, &at, 1_050, keep).await;
+        let expected = batch(0, 1_050);
+        for reader in [
+            LanceFileReader::open_prefetched(&store, &at, size)
+                .await
+                .unwrap(),
+            LanceFileReader::open_uncached(&store, &at, Some(size))
+                .await
+                .unwrap(),
+            LanceFileReader::open(&store, &at, Some(size))
+                .await
+                .unwrap(),
+        ] {
+            assert_eq!(reader.num_rows(), 1_050);
+            let batches = reader.read_all(None).await.unwrap();
+            let read = arrow_select::concat::concat_batches(&reader.schema(), &batches).unwrap();
+            assert_eq!(read.columns(), expected.columns());
+            let taken = reader.take(&[7, 3, 1_049], Some(&["id"])).await.unwrap();
+            let ids = taken
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            assert_eq!(ids.values().to_vec(), vec![7, 3, 1_049]);
+        }
+    }
+
+    #[tokio::test]
+    async fn prefetching_costs_one_whole_get() {
+        let store = memory_store().await;
+        let at = path("data/a.lance");
+        let size = write(&store, &at, 500, false).await;
+        store.reset_stats();
+        let reader = LanceFileReader::open_prefetched(&store, &at, size)
+            .await
+            .unwrap();
+        reader.read_all(None).await.unwrap();
+        let stats = store.stats();
+        assert_eq!(
+            (stats.gets, stats.get_ranges, stats.heads, stats.bytes_read),
+            (1, 0, 0, size)
+        );
+    }
+
+    #[tokio::test]
+    async fn prefetching_refuses_bad_sizes_and_missing_files() {
+        let store = memory_store().await;
+        let at = path("data/a.lance");
+        let size = write(&store, &at, 200, false).await;
+        let wrong = LanceFileReader::open_prefetched(&store, &at, size + 1).await;
+        assert!(matches!(wrong, Err(Error::Corrupt { .. })), "{wrong:?}");
+        let short = LanceFileReader::open_prefetched(&store, &at, 10).await;
+        assert!(matches!(short, Err(Error::Corrupt { .. })), "{short:?}");
+        let huge = LanceFileReader::open_prefetched(&store, &at, PREFETCH_LIMIT_BYTES + 1).await;
+        assert!(matches!(huge, Err(Error::InvalidInput { .. })), "{huge:?}");
+        let missing = LanceFileReader::open_prefetched(&store, &path("data/b.lance"), size).await;
+        assert!(
+            matches!(missing, Err(Error::NotFound { .. })),
+            "{missing:?}"
+        );
+        // Bytes that are not a Lance file decode to Corrupt, not a panic.
+        let junk = path("data/junk.lance");
+        store
+            .put(&junk, Bytes::from(vec![7u8; 4_096]))
+            .await
+            .unwrap();
+        let garbage = LanceFileReader::open_prefetched(&store, &junk, 4_096).await;
+        assert!(matches!(garbage, Err(Error::Corrupt { .. })), "{garbage:?}");
+    }
 }
