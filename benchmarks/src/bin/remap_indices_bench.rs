@@ -546,11 +546,11 @@ struct LargeLayout {
 
 impl LargeLayout {
     fn new(rows: u64, fragments: u64, values: ValueMode) -> Result<Self, BoxError> {
-        if fragments == 0 || rows % fragments != 0 {
+        if fragments == 0 || !rows.is_multiple_of(fragments) {
             return Err("--btree-rows must be a positive multiple of --btree-fragments".into());
         }
         let fragment_rows = rows / fragments;
-        if fragment_rows % DELETE_MODULUS != 0 || fragment_rows > u64::from(u32::MAX) {
+        if !fragment_rows.is_multiple_of(DELETE_MODULUS) || fragment_rows > u64::from(u32::MAX) {
             return Err(format!(
                 "rows per fragment ({fragment_rows}) must be a multiple of {DELETE_MODULUS} and fit in u32"
             )
