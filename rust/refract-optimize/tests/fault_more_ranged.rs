@@ -8,10 +8,8 @@
 //! counts, per call kind, the faults that actually fired during the operation
 //! and asserts that `GetRange` faults did.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
 use arrow_array::cast::AsArray;
@@ -119,17 +117,17 @@ async fn build_template(with_index: bool) -> Result<Objects> {
 
 /// Copies the template (built on first use) into each fresh rig; remembers
 /// the rig so the operation can report which faults fired.
-fn copy_of_template(with_index: bool, current: Rc<RefCell<Option<FaultRig>>>) -> SetupFn {
-    let template: Rc<RefCell<Option<Rc<Objects>>>> = Rc::default();
+fn copy_of_template(with_index: bool, current: Arc<Mutex<Option<FaultRig>>>) -> SetupFn {
+    let template: Arc<Mutex<Option<Arc<Objects>>>> = Arc::default();
     Arc::new(move |rig: FaultRig| {
         let (template, current) = (template.clone(), current.clone());
         async move {
-            let cached = template.borrow().clone();
+            let cached = template.lock().unwrap().clone();
             let objects = match cached {
                 Some(objects) => objects,
                 None => {
-                    let objects = Rc::new(build_template(with_index).await?);
-                    *template.borrow_mut() = Some(objects.clone());
+                    let objects = Arc::new(build_template(with_index).await?);
+                    *template.lock().unwrap() = Some(objects.clone());
                     objects
                 }
             };
@@ -140,7 +138,7 @@ fn copy_of_template(with_index: bool, current: Rc<RefCell<Option<FaultRig>>>) ->
                     .await
                     .map_err(|e| Error::external("copying the template", e))?;
             }
-            *current.borrow_mut() = Some(rig);
+            *current.lock().unwrap() = Some(rig);
             Ok(())
         }
         .boxed_local()
@@ -148,22 +146,22 @@ fn copy_of_template(with_index: bool, current: Rc<RefCell<Option<FaultRig>>>) ->
 }
 
 /// Faults that fired during the operation, per kind.
-type Fired = Rc<RefCell<BTreeMap<CallKind, u64>>>;
+type Fired = Arc<Mutex<BTreeMap<CallKind, u64>>>;
 
 /// Wraps `operation` to count the faults that fired while it ran (the driver
 /// resets the injector right after the operation returns).
 fn counting_fired(
     operation: OperationFn,
-    current: Rc<RefCell<Option<FaultRig>>>,
+    current: Arc<Mutex<Option<FaultRig>>>,
     fired: Fired,
 ) -> OperationFn {
     Arc::new(move |dataset: Dataset| {
         let (operation, current, fired) = (operation.clone(), current.clone(), fired.clone());
         async move {
             let result = operation(dataset).await;
-            if let Some(rig) = current.borrow().as_ref() {
+            if let Some(rig) = current.lock().unwrap().as_ref() {
                 for fault in rig.fault.fired() {
-                    *fired.borrow_mut().entry(fault.kind).or_default() += 1;
+                    *fired.lock().unwrap().entry(fault.kind).or_default() += 1;
                 }
             }
             result
@@ -316,8 +314,8 @@ async fn ranged_reads_fail_too(
     #[case] operation: OperationFn,
     #[case] commits: bool,
 ) {
-    let current: Rc<RefCell<Option<FaultRig>>> = Rc::default();
-    let fired: Fired = Rc::default();
+    let current: Arc<Mutex<Option<FaultRig>>> = Arc::default();
+    let fired: Fired = Arc::default();
     let setup = copy_of_template(with_index, current.clone());
     let operation = counting_fired(operation, current, fired.clone());
     let verify = if commits {
@@ -329,7 +327,7 @@ async fn ranged_reads_fail_too(
     let report =
         run_fault_matrix_verified(name, RigBackend::Memory, setup, operation, verify, coverage)
             .await;
-    let fired = fired.borrow().clone();
+    let fired = fired.lock().unwrap().clone();
     println!("{report}; fired per kind {fired:?}");
     assert_ranged(&report, &fired, commits);
 }
