@@ -150,6 +150,8 @@ type Fired = Arc<Mutex<BTreeMap<CallKind, u64>>>;
 
 /// Wraps `operation` to count the faults that fired while it ran (the driver
 /// resets the injector right after the operation returns).
+// `OperationFn` is neither Send nor Sync by design (the driver awaits it in place).
+#[allow(clippy::arc_with_non_send_sync)]
 fn counting_fired(
     operation: OperationFn,
     current: Arc<Mutex<Option<FaultRig>>>,
