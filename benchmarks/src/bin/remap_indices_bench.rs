@@ -18,6 +18,10 @@
 //! coverage (`build_segment` over the remapped segment's fragments,
 //! uncommitted). Each phase starts with a trimmed heap and a reset peak RSS
 //! counter; its peak extra RSS is `VmHWM` minus the RSS at its start.
+//! `remap_noop_ms` is a second `remap_indices` call right after the first (the
+//! segment is caught up): the fixed cost with nothing to rewrite, on the now
+//! warm session. Each remapped dataset is checked with one indexed query
+//! against the same query forced to a scan.
 //!
 //! `--btree-100m` mode (run on its own): no dataset engine. A btree segment is
 //! built from synthetic `(value, _rowaddr)` batches over `--btree-rows` rows in
