@@ -388,6 +388,14 @@ async fn read_counts(file: &LanceFileReader) -> Result<CountsMatrix> {
     if label_field.data_type() != &arrow_schema::DataType::UInt16 {
         return Err(Error::corrupt("row map", "label column is not UInt16"));
     }
-    let bytes = file.read_global_buffer(buffer).await?;
+    let bytes = file
+        .read_global_buffer(buffer)
+        .await
+        .map_err(|err| match err {
+            // The index comes from the file's own metadata: a buffer it names
+            // but does not hold is a damaged file, not bad caller input.
+            Error::InvalidInput { message } => Error::corrupt("row map", message),
+            other => other,
+        })?;
     CountsMatrix::decode(&bytes)
 }
