@@ -7,8 +7,9 @@
 //! keeps per-row maps: the capture is a `RoaringTreemap`.
 //!
 //! Reading (with the capture) and writing run as two tasks joined by a channel
-//! of [`READ_AHEAD_BATCHES`] batches, so decoding the sources and encoding the
-//! outputs overlap while memory stays bounded by that channel.
+//! holding about [`READ_AHEAD_ROWS`] rows, so decoding the sources and encoding
+//! the outputs overlap (the writer stalls for whole pages at a time) while
+//! memory stays bounded by that channel.
 
 use arrow_array::{RecordBatch, UInt64Array};
 use futures::stream::BoxStream;
@@ -112,7 +113,7 @@ impl CompactionTask {
             .one_pass()
             .try_into_stream()
             .await?;
-        let (sender, mut receiver) = mpsc::channel(READ_AHEAD_BATCHES);
+        let (sender, mut receiver) = mpsc::channel(read_ahead_batches(&sources, self.batch_size));
         let reader = AbortOnDrop(tokio::spawn(read_sources(stream, sender)));
         let mut outputs = OutputSplitter::new(&dataset, self.plan.output_rows.clone());
         // The channel closes when the reader is done; a read error arrives in it.
@@ -167,8 +168,23 @@ impl CompactionTask {
     }
 }
 
-/// Batches the reader may run ahead of the writer.
-const READ_AHEAD_BATCHES: usize = 4;
+/// Rows the reader may run ahead of the writer: about one Lance page of a
+/// narrow column, so the reader keeps going while the writer encodes a page.
+const READ_AHEAD_ROWS: u64 = 65_536;
+/// Bounds on the batches in the channel between reader and writer.
+const MIN_READ_AHEAD_BATCHES: usize = 4;
+const MAX_READ_AHEAD_BATCHES: usize = 64;
+
+/// Channel capacity for `sources`: batches are at most `batch_size` rows and
+/// no larger than a source fragment, so small fragments get more batches.
+fn read_ahead_batches(sources: &[Fragment], batch_size: usize) -> usize {
+    let count = sources.len().max(1) as u64;
+    let average_rows = sources.iter().map(|f| f.physical_rows).sum::<u64>() / count;
+    let rows_per_batch = average_rows.min(batch_size as u64).max(1);
+    usize::try_from(READ_AHEAD_ROWS / rows_per_batch)
+        .unwrap_or(MAX_READ_AHEAD_BATCHES)
+        .clamp(MIN_READ_AHEAD_BATCHES, MAX_READ_AHEAD_BATCHES)
+}
 
 /// Addresses collected before they are added to the capture in one sorted
 /// insertion (the translation batch limit, so the buffer stays small).
@@ -379,6 +395,26 @@ mod tests {
         let expected: RoaringTreemap = second.into_iter().chain(first).collect();
         assert_eq!(captured, expected);
         assert_eq!(captured.len(), 70_010);
+    }
+
+    fn fragments(physical_rows: u64, count: usize) -> Vec<Fragment> {
+        let fragment = Fragment {
+            id: 1,
+            files: Vec::new(),
+            physical_rows,
+            deletion_file: None,
+        };
+        vec![fragment; count]
+    }
+
+    #[test]
+    fn read_ahead_holds_about_a_page_of_rows() {
+        assert_eq!(read_ahead_batches(&fragments(1_000, 2_000), 8_192), 64);
+        assert_eq!(read_ahead_batches(&fragments(2_048, 100), 8_192), 32);
+        assert_eq!(read_ahead_batches(&fragments(1_048_576, 2), 8_192), 8);
+        assert_eq!(read_ahead_batches(&fragments(1_048_576, 2), 65_536), 4);
+        assert_eq!(read_ahead_batches(&fragments(1, 10), 8_192), 64);
+        assert_eq!(read_ahead_batches(&[], 8_192), 64);
     }
 
     #[test]
