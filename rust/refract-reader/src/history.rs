@@ -15,7 +15,8 @@ use refract_ledger::{
     parse_details, ContentLocation, Fingerprint, Ledger, Mapping, TransitionRecord,
     FRI_INDEX_VERSION_LEGACY,
 };
-use refract_table::io::{DatasetStore, RelativePath};
+use refract_table::commit::fri_entry::read_external_content;
+use refract_table::io::DatasetStore;
 use refract_table::IndexMetadata;
 use uuid::Uuid;
 
@@ -240,9 +241,7 @@ pub async fn decode_ledger(
     match parse_details(details, index_version, uuid)? {
         ContentLocation::Inline(content) => Ledger::from_content_bytes(content, index_version),
         ContentLocation::External(external) => {
-            let path = RelativePath::parse(external.path())?;
-            let bytes = store.get_range(&path, external.byte_range()).await?;
-            external.verify_received(&bytes)?;
+            let bytes = read_external_content(store, &external).await?;
             Ledger::from_content_bytes(&bytes, index_version)
         }
     }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use refract_core::{Error, Result};
 use refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;
 use refract_ledger::{
-    parse_details, ContentLocation, Ledger, FRI_INDEX_NAME, FRI_INDEX_TYPE,
+    parse_details, ContentLocation, ExternalContent, Ledger, FRI_INDEX_NAME, FRI_INDEX_TYPE,
     FRI_INDEX_VERSION_TAGGED,
 };
 use uuid::Uuid;
@@ -72,12 +72,39 @@ pub async fn decode_entry(store: &DatasetStore, entry: &IndexMetadata) -> Result
             Ledger::from_content_bytes(content, entry.index_version)
         }
         ContentLocation::External(external) => {
-            let path = RelativePath::parse(external.path())?;
-            let bytes = store.get_range(&path, external.byte_range()).await?;
-            external.verify_received(&bytes)?;
+            let bytes = read_external_content(store, &external).await?;
             Ledger::from_content_bytes(&bytes, entry.index_version)
         }
     }
+}
+
+/// Reads validated external ledger content: one ranged read of exactly the
+/// recorded bytes, whose length is checked. A recorded range beyond the end of
+/// the file is Corrupt (object stores report it as a generic range error, so
+/// the size is checked with a HEAD on that failure path only); a missing file
+/// stays NotFound and any other failure (I/O) is returned unchanged.
+pub async fn read_external_content(
+    store: &DatasetStore,
+    external: &ExternalContent,
+) -> Result<Bytes> {
+    let path = RelativePath::parse(external.path())?;
+    let range = external.byte_range();
+    let bytes = match store.get_range(&path, range.clone()).await {
+        Ok(bytes) => bytes,
+        Err(err @ Error::NotFound { .. }) => return Err(err),
+        Err(err) => return Err(match store.head(&path).await {
+            Ok(size) if range.end > size => Error::corrupt(
+                "FRI ledger",
+                format!(
+                    "external content {path} records bytes {}..{} but the file holds {size} bytes",
+                    range.start, range.end
+                ),
+            ),
+            _ => err,
+        }),
+    };
+    external.verify_received(&bytes)?;
+    Ok(bytes)
 }
 
 /// Encodes `ledger` as a new FRI entry with a fresh uuid, writing the external
