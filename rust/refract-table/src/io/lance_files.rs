@@ -24,6 +24,12 @@ use lance_file::versions;
 use lance_file::writer::{FileWriter, FileWriterOptions};
 use lance_io::object_store::ObjectStore as LanceObjectStore;
 use lance_io::scheduler::{ScanScheduler, SchedulerConfig};
+
+/// Bytes one reader may have in flight. lance's `max_bandwidth` default is
+/// 32 MiB per I/O thread (256 MiB here), which an index remap streaming an old
+/// segment fills entirely: its peak RSS followed that budget, not the rows.
+/// 64 MiB still covers several 8 MiB pages per column.
+pub const READ_BUFFER_BYTES: u64 = 64 * 1024 * 1024;
 use lance_io::utils::CachedFileSize;
 use lance_io::ReadBatchParams;
 use object_store::memory::InMemory;
@@ -298,7 +304,7 @@ async fn open_reader(
 ) -> Result<LanceFileReader> {
     let scheduler = ScanScheduler::new(
         lance_store.clone(),
-        SchedulerConfig::max_bandwidth(&lance_store),
+        SchedulerConfig::new(READ_BUFFER_BYTES),
     );
     let file = scheduler
         .open_file(&path.to_object_path(), &CachedFileSize::new(size))
