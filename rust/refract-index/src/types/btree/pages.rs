@@ -137,8 +137,10 @@ impl PageWriter {
         };
         data.write(page).await?;
         let values = page.column(0);
-        self.mins.push(values.slice(0, 1));
-        self.maxs.push(values.slice(n - 1, 1));
+        // Copy the bounds out: a slice would keep the whole page's value
+        // buffer alive until the lookup is written (every row of the segment).
+        self.mins.push(detached(&values.slice(0, 1))?);
+        self.maxs.push(detached(&values.slice(n - 1, 1))?);
         self.starts.push(self.rows);
         self.counts.push(n as u64);
         self.rows += n as u64;
@@ -163,6 +165,12 @@ impl PageWriter {
         writer.finish().await?;
         Ok(())
     }
+}
+
+/// A copy of `array` that owns its (small) buffers.
+fn detached(array: &ArrayRef) -> Result<ArrayRef> {
+    arrow::compute::concat(&[array.as_ref()])
+        .map_err(|e| Error::external("copying btree page bounds", e))
 }
 
 fn concat_batches(a: &RecordBatch, b: &RecordBatch) -> Result<RecordBatch> {
