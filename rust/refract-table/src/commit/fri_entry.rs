@@ -92,16 +92,18 @@ pub async fn read_external_content(
     let bytes = match store.get_range(&path, range.clone()).await {
         Ok(bytes) => bytes,
         Err(err @ Error::NotFound { .. }) => return Err(err),
-        Err(err) => return Err(match store.head(&path).await {
-            Ok(size) if range.end > size => Error::corrupt(
-                "FRI ledger",
-                format!(
+        Err(err) => {
+            return Err(match store.head(&path).await {
+                Ok(size) if range.end > size => Error::corrupt(
+                    "FRI ledger",
+                    format!(
                     "external content {path} records bytes {}..{} but the file holds {size} bytes",
                     range.start, range.end
                 ),
-            ),
-            _ => err,
-        }),
+                ),
+                _ => err,
+            })
+        }
     };
     external.verify_received(&bytes)?;
     Ok(bytes)

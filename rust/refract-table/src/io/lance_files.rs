@@ -302,10 +302,8 @@ async fn open_reader(
     size: u64,
     cache: LanceCache,
 ) -> Result<LanceFileReader> {
-    let scheduler = ScanScheduler::new(
-        lance_store.clone(),
-        SchedulerConfig::new(READ_BUFFER_BYTES),
-    );
+    let scheduler =
+        ScanScheduler::new(lance_store.clone(), SchedulerConfig::new(READ_BUFFER_BYTES));
     let file = scheduler
         .open_file(&path.to_object_path(), &CachedFileSize::new(size))
         .await
