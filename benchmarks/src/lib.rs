@@ -3,7 +3,13 @@
 //! Every benchmark binary prints one JSON object per measurement on stdout, so
 //! runs can be collected with `> results.jsonl` and compared over time.
 
+use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
+use refract_index::query::Query;
+use refract_table::dataset::Dataset;
 use serde_json::Value;
+
+/// Error type of the benchmark helpers.
+pub type BoxError = Box<dyn std::error::Error>;
 
 /// Prints one JSON measurement line.
 pub fn emit(record: Value) {
@@ -40,4 +46,51 @@ fn proc_status_kib(field: &str) -> u64 {
             })
         })
         .unwrap_or(0)
+}
+
+/// One indexed query for `index_type` on the synthetic table against the same
+/// query forced to a scan: true when an index served it and the rows are equal.
+pub async fn indexed_query_matches_scan(
+    dataset: &Dataset,
+    index_type: &str,
+) -> Result<bool, BoxError> {
+    let query = Query::new(dataset).project(&["id"]);
+    let query = match index_type {
+        "btree" => query.filter("id >= 1000 AND id < 1100")?,
+        "bitmap" => query.filter("category = 3 AND id < 5000")?,
+        "ngram" => query.filter("contains(text, 'obsid') AND id < 5000")?,
+        "ivf_flat" => {
+            let vector = first_vector(dataset).await?;
+            // Every partition: the indexed answer must equal the exact one.
+            query.nearest("vec", &vector, 10, usize::MAX)
+        }
+        other => return Err(format!("unknown index type '{other}'").into()),
+    };
+    let indexed = query.clone().execute().await?;
+    let scanned = query.use_index(false).execute().await?;
+    Ok(indexed.explain.index.is_some() && indexed.batch == scanned.batch)
+}
+
+/// The `vec` value of the first row in scan order.
+pub async fn first_vector(dataset: &Dataset) -> Result<Vec<f32>, BoxError> {
+    let batch: RecordBatch = dataset
+        .scan()
+        .project(&["vec"])
+        .limit(1)
+        .try_into_batch()
+        .await?;
+    let list = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<FixedSizeListArray>()
+        .ok_or("vec is not a fixed-size list")?;
+    if list.is_empty() {
+        return Err("empty dataset".into());
+    }
+    let value = list.value(0);
+    let values = value
+        .as_any()
+        .downcast_ref::<Float32Array>()
+        .ok_or("vec items are not f32")?;
+    Ok(values.values().to_vec())
 }

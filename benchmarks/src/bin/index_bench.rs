@@ -11,15 +11,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
 use clap::Parser;
-use refract_benchmarks::{current_rss_bytes, emit, peak_rss_bytes, reset_peak_rss};
+use refract_benchmarks::{
+    current_rss_bytes, emit, indexed_query_matches_scan, peak_rss_bytes, reset_peak_rss,
+};
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::synthetic::DEFAULT_DIM;
 use refract_core::{FragmentRows, RewriteGroupInput, RowAddrRemap, Translator};
 use refract_index::manage::index_context;
 use refract_index::{
-    create_index, list_indices, remap_segment, IndexParams, IndexRegistry, Query, RemapOptions,
+    create_index, list_indices, remap_segment, IndexParams, IndexRegistry, RemapOptions,
     RemapOutcome, MAX_TRANSLATION_BATCH,
 };
 use refract_optimize::compaction::{compact_files, CompactionOptions, CompactionProgress};
@@ -345,7 +346,7 @@ async fn bench_type(
     let dataset = kept.ok_or("the last compacted copy was not kept")?;
     let segment_after = segment_uuids(&dataset, index_type);
     let remapped = !segment_after.is_empty() && segment_after != segment_before;
-    let query_matches = post_compaction_query_matches(&dataset, index_type).await?;
+    let query_matches = indexed_query_matches_scan(&dataset, index_type).await?;
 
     let started = Instant::now();
     let rebuilt_name = format!("{index_type}_rebuilt");
@@ -410,51 +411,6 @@ fn segment_uuids(dataset: &Dataset, name: &str) -> Vec<String> {
         .filter(|i| i.name == name)
         .flat_map(|i| i.segments.into_iter().map(|s| s.uuid.to_string()))
         .collect()
-}
-
-/// One indexed query on the compacted dataset against the same query forced to a scan.
-async fn post_compaction_query_matches(
-    dataset: &Dataset,
-    index_type: &str,
-) -> Result<bool, BoxError> {
-    let query = Query::new(dataset).project(&["id"]);
-    let query = match index_type {
-        "btree" => query.filter("id >= 1000 AND id < 1100")?,
-        "bitmap" => query.filter("category = 3 AND id < 5000")?,
-        "ngram" => query.filter("contains(text, 'obsid') AND id < 5000")?,
-        "ivf_flat" => {
-            let vector = first_vector(dataset).await?;
-            // Every partition: the indexed answer must equal the exact one.
-            query.nearest("vec", &vector, 10, usize::MAX)
-        }
-        other => return Err(format!("unknown index type '{other}'").into()),
-    };
-    let indexed = query.clone().execute().await?;
-    let scanned = query.use_index(false).execute().await?;
-    Ok(indexed.explain.index.is_some() && indexed.batch == scanned.batch)
-}
-
-async fn first_vector(dataset: &Dataset) -> Result<Vec<f32>, BoxError> {
-    let batch: RecordBatch = dataset
-        .scan()
-        .project(&["vec"])
-        .limit(1)
-        .try_into_batch()
-        .await?;
-    let list = batch
-        .column(0)
-        .as_any()
-        .downcast_ref::<FixedSizeListArray>()
-        .ok_or("vec is not a fixed-size list")?;
-    if list.is_empty() {
-        return Err("empty dataset".into());
-    }
-    let value = list.value(0);
-    let values = value
-        .as_any()
-        .downcast_ref::<Float32Array>()
-        .ok_or("vec items are not f32")?;
-    Ok(values.values().to_vec())
 }
 
 /// Times the pieces of the inline remap on the indexed, uncompacted copy at

@@ -39,18 +39,20 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::UInt64Array;
-use arrow_array::{Array, ArrayRef, FixedSizeListArray, Float32Array, Int64Array, RecordBatch};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use clap::{Parser, ValueEnum};
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use refract_benchmarks::{current_rss_bytes, emit, peak_rss_bytes, reset_peak_rss};
+use refract_benchmarks::{
+    current_rss_bytes, emit, indexed_query_matches_scan, peak_rss_bytes, reset_peak_rss,
+};
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::synthetic::DEFAULT_DIM;
 use refract_core::{FragmentRows, RewriteGroupInput, RowAddrRemap};
 use refract_index::manage::{build_segment, index_context, segments_of};
 use refract_index::types::btree::BTreeDetails;
 use refract_index::{
-    create_index, remap_segment, IndexContext, IndexParams, IndexQuery, IndexRegistry, Query,
+    create_index, remap_segment, IndexContext, IndexParams, IndexQuery, IndexRegistry,
     RegisteredType, RemapOutcome, SearchResult, MAX_TRANSLATION_BATCH,
 };
 use refract_optimize::compaction::{compact_files, CompactionOptions};
@@ -486,7 +488,7 @@ async fn bench_remap(
     }
     let rebuild = end_phase(started, baseline);
     let rebuilt_bytes: u64 = rebuilt.iter().map(|meta| segment_bytes(at, meta)).sum();
-    let query_matches = query_matches_scan(&dataset, index_type).await?;
+    let query_matches = indexed_query_matches_scan(&dataset, index_type).await?;
 
     let ratio = remap.ms / rebuild.ms;
     emit(json!({
@@ -515,48 +517,6 @@ async fn bench_remap(
         "query_after_remap_matches_scan": query_matches,
     }));
     Ok(())
-}
-
-/// One indexed query on the remapped dataset against the same query forced to a scan.
-async fn query_matches_scan(dataset: &Dataset, index_type: &str) -> Result<bool, BoxError> {
-    let query = Query::new(dataset).project(&["id"]);
-    let query = match index_type {
-        "btree" => query.filter("id >= 1000 AND id < 1100")?,
-        "bitmap" => query.filter("category = 3 AND id < 5000")?,
-        "ngram" => query.filter("contains(text, 'obsid') AND id < 5000")?,
-        "ivf_flat" => {
-            let vector = first_vector(dataset).await?;
-            // Every partition: the indexed answer must equal the exact one.
-            query.nearest("vec", &vector, 10, usize::MAX)
-        }
-        other => return Err(format!("unknown index type '{other}'").into()),
-    };
-    let indexed = query.clone().execute().await?;
-    let scanned = query.use_index(false).execute().await?;
-    Ok(indexed.explain.index.is_some() && indexed.batch == scanned.batch)
-}
-
-async fn first_vector(dataset: &Dataset) -> Result<Vec<f32>, BoxError> {
-    let batch: RecordBatch = dataset
-        .scan()
-        .project(&["vec"])
-        .limit(1)
-        .try_into_batch()
-        .await?;
-    let list = batch
-        .column(0)
-        .as_any()
-        .downcast_ref::<FixedSizeListArray>()
-        .ok_or("vec is not a fixed-size list")?;
-    if list.is_empty() {
-        return Err("empty dataset".into());
-    }
-    let value = list.value(0);
-    let values = value
-        .as_any()
-        .downcast_ref::<Float32Array>()
-        .ok_or("vec items are not f32")?;
-    Ok(values.values().to_vec())
 }
 
 /// The layout of the large btree case: equal old fragments, every
