@@ -94,3 +94,26 @@ pub async fn first_vector(dataset: &Dataset) -> Result<Vec<f32>, BoxError> {
         .ok_or("vec items are not f32")?;
     Ok(values.values().to_vec())
 }
+
+/// A dataset URI for a local directory.
+pub fn uri(path: &std::path::Path) -> String {
+    path.to_string_lossy().to_string()
+}
+
+/// Copies a dataset directory, so every scenario starts from identical files.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    if to.exists() {
+        std::fs::remove_dir_all(to)?;
+    }
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}

@@ -13,7 +13,8 @@ use std::time::Instant;
 
 use clap::Parser;
 use refract_benchmarks::{
-    current_rss_bytes, emit, indexed_query_matches_scan, peak_rss_bytes, reset_peak_rss,
+    copy_dir, current_rss_bytes, emit, indexed_query_matches_scan, peak_rss_bytes, reset_peak_rss,
+    uri,
 };
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::synthetic::DEFAULT_DIM;
@@ -208,28 +209,6 @@ async fn run(args: &Args) -> Result<(), BoxError> {
     }));
     for index_type in &args.types {
         bench_type(args, index_type, &source, &root, &baseline, rows).await?;
-    }
-    Ok(())
-}
-
-fn uri(path: &Path) -> String {
-    path.to_string_lossy().to_string()
-}
-
-/// Copies the source dataset directory, so every scenario starts from identical files.
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    if to.exists() {
-        std::fs::remove_dir_all(to)?;
-    }
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), target)?;
-        }
     }
     Ok(())
 }

@@ -44,7 +44,8 @@ use clap::{Parser, ValueEnum};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use refract_benchmarks::{
-    current_rss_bytes, emit, indexed_query_matches_scan, peak_rss_bytes, reset_peak_rss,
+    copy_dir, current_rss_bytes, emit, indexed_query_matches_scan, peak_rss_bytes, reset_peak_rss,
+    uri,
 };
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::synthetic::DEFAULT_DIM;
@@ -249,28 +250,6 @@ fn main() -> Result<(), BoxError> {
     } else {
         runtime.block_on(run(&args, &root))
     }
-}
-
-fn uri(path: &Path) -> String {
-    path.to_string_lossy().to_string()
-}
-
-/// Copies a dataset directory, so every scenario starts from identical files.
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    if to.exists() {
-        std::fs::remove_dir_all(to)?;
-    }
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), target)?;
-        }
-    }
-    Ok(())
 }
 
 /// Bytes of the files under `dir` (0 when it does not exist).

@@ -511,21 +511,7 @@ async fn concurrent_maintenance_loses_nothing(#[case] memory: bool, #[case] rema
 /// still commit (remapping inline or recording its own transition).
 #[tokio::test]
 async fn inline_compaction_after_a_deferred_one_commits() {
-    let uri = format!("memory://mix-{}", uuid::Uuid::new_v4());
-    let mut dataset = Dataset::create(&uri, sample_schema(), Default::default())
-        .await
-        .unwrap();
-    let ten = WriteOptions {
-        max_rows_per_file: 10,
-        ..WriteOptions::default()
-    };
-    dataset
-        .append(vec![sample_rows(0, 60)], &ten)
-        .await
-        .unwrap();
-    let mut dataset = create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default())
-        .await
-        .unwrap();
+    let mut dataset = btree_indexed_table("mix", &[(0, 60)]).await;
     let deferred = CompactionOptions {
         target_rows_per_fragment: 25,
         defer_index_remap: true,
@@ -554,21 +540,7 @@ async fn inline_compaction_after_a_deferred_one_commits() {
 /// FRI transition must describe the rebased rewrite.
 #[tokio::test]
 async fn deferred_compaction_rebased_over_a_concurrent_delete_commits() {
-    let uri = format!("memory://race-{}", uuid::Uuid::new_v4());
-    let mut dataset = Dataset::create(&uri, sample_schema(), Default::default())
-        .await
-        .unwrap();
-    let ten = WriteOptions {
-        max_rows_per_file: 10,
-        ..WriteOptions::default()
-    };
-    dataset
-        .append(vec![sample_rows(0, 60)], &ten)
-        .await
-        .unwrap();
-    let mut dataset = create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default())
-        .await
-        .unwrap();
+    let mut dataset = btree_indexed_table("race", &[(0, 60)]).await;
     dataset.delete("id % 7 = 5").await.unwrap();
     let deferred = CompactionOptions {
         target_rows_per_fragment: 25,
@@ -606,25 +578,7 @@ async fn deferred_compaction_rebased_over_a_concurrent_delete_commits() {
 /// order within each label (the model `partitioned` relies on exactly this).
 #[tokio::test]
 async fn a_range_partition_orders_its_run_stably_by_label() {
-    let uri = format!("memory://partition-{}", uuid::Uuid::new_v4());
-    let mut dataset = Dataset::create(&uri, sample_schema(), Default::default())
-        .await
-        .unwrap();
-    let ten = WriteOptions {
-        max_rows_per_file: 10,
-        ..WriteOptions::default()
-    };
-    dataset
-        .append(vec![sample_rows(40, 20)], &ten)
-        .await
-        .unwrap();
-    dataset
-        .append(vec![sample_rows(0, 40)], &ten)
-        .await
-        .unwrap();
-    let mut dataset = create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default())
-        .await
-        .unwrap();
+    let mut dataset = btree_indexed_table("partition", &[(40, 20), (0, 40)]).await;
     dataset.delete("id % 9 = 4").await.unwrap();
     let before = ids_of(
         &dataset
@@ -680,21 +634,8 @@ async fn a_range_partition_orders_its_run_stably_by_label() {
 /// never wrong rows — and a scan of the old version keeps working.
 #[tokio::test]
 async fn indexed_queries_before_a_trim_fail_clearly_and_scans_still_work() {
-    let uri = format!("memory://trim-{}", uuid::Uuid::new_v4());
-    let mut dataset = Dataset::create(&uri, sample_schema(), Default::default())
-        .await
-        .unwrap();
-    let ten = WriteOptions {
-        max_rows_per_file: 10,
-        ..WriteOptions::default()
-    };
-    dataset
-        .append(vec![sample_rows(0, 60)], &ten)
-        .await
-        .unwrap();
-    let mut dataset = create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default())
-        .await
-        .unwrap();
+    let mut dataset = btree_indexed_table("trim", &[(0, 60)]).await;
+    let uri = dataset.uri().to_string();
     let by = PartitionBy::Range {
         column: "id".to_string(),
         boundaries: vec![20, 40],
@@ -738,4 +679,26 @@ async fn indexed_queries_before_a_trim_fail_clearly_and_scans_still_work() {
     let mut got = ids_of(&scanned.batch);
     got.sort_unstable();
     assert_eq!(got, (7..53).collect::<Vec<i64>>());
+}
+
+/// A fresh in-memory table of 10-row fragments holding `runs` of
+/// `sample_rows(start, rows)` appended in order, with a btree on `id`.
+async fn btree_indexed_table(name: &str, runs: &[(i64, usize)]) -> Dataset {
+    let uri = format!("memory://{name}-{}", uuid::Uuid::new_v4());
+    let mut dataset = Dataset::create(&uri, sample_schema(), Default::default())
+        .await
+        .unwrap();
+    let ten = WriteOptions {
+        max_rows_per_file: 10,
+        ..WriteOptions::default()
+    };
+    for (start, rows) in runs {
+        dataset
+            .append(vec![sample_rows(*start, *rows)], &ten)
+            .await
+            .unwrap();
+    }
+    create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default())
+        .await
+        .unwrap()
 }

@@ -59,9 +59,9 @@ pub async fn commit_compaction(
         return Ok((dataset.clone(), CompactionMetrics::default()));
     };
     check_disjoint(&results)?;
-    verify_results(dataset, &results).await?;
-    let mut metrics = CompactionMetrics::default();
     let latest = dataset.checkout_latest().await?;
+    verify_results(dataset, &latest, &results).await?;
+    let mut metrics = CompactionMetrics::default();
     let mut groups = Vec::with_capacity(results.len());
     for result in &results {
         let new_fragments = result.new_fragments()?;

@@ -115,30 +115,21 @@ async fn newly_deleted(
     survivors: &RoaringTreemap,
 ) -> Result<RoaringTreemap> {
     let mut gone = RoaringTreemap::new();
-    for id in &group.old_fragment_ids {
-        let start = id << 32;
-        let mut in_fragment = survivors.clone();
-        in_fragment &= range_treemap(start, start + (1 << 32));
-        match latest.manifest().fragment(*id) {
-            None => gone |= in_fragment,
+    // A treemap keys its bitmaps by an address's high 32 bits: the fragment id.
+    for (fragment_id, in_fragment) in survivors.bitmaps() {
+        let id = u64::from(fragment_id);
+        let offsets = match latest.manifest().fragment(id) {
+            // The whole fragment was deleted concurrently.
+            None if group.old_fragment_ids.contains(&id) => in_fragment.clone(),
             Some(fragment) if fragment.deletion_file.is_some() => {
                 let vector = latest.deletion_vector(fragment).await?;
-                let deleted: RoaringTreemap = vector
-                    .iter()
-                    .map(|offset| start | u64::from(offset))
-                    .collect();
-                gone |= in_fragment & deleted;
+                in_fragment & vector.bitmap()
             }
-            Some(_) => {}
-        }
+            _ => continue,
+        };
+        gone.extend(offsets.iter().map(|offset| (id << 32) | u64::from(offset)));
     }
     Ok(gone)
-}
-
-fn range_treemap(start: u64, end: u64) -> RoaringTreemap {
-    let mut treemap = RoaringTreemap::new();
-    treemap.insert_range(start..end);
-    treemap
 }
 
 /// The group's remap with new fragments named by their ordinal (ids are not
