@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use refract_core::materialize::MaterializeBudget;
 use refract_core::{Error, Result};
-use refract_index::types::btree::{BTreeIndexType, ADDR_COLUMN, PAGE_DATA_FILE, PAGE_LOOKUP_FILE};
+use refract_index::types::btree::{BTreeIndexType, ADDRESSES_FILE, PAGE_LOOKUP_FILE, VALUES_FILE};
 use refract_index::types::{
     IndexContext, IndexParams, IndexSegmentReader, IndexType, LegacyIndexPlugin, Translator,
 };
@@ -137,34 +137,28 @@ async fn remap_restamps_coverage_and_uuid() {
     assert_eq!(after.segments[0].dataset_version, ds.version());
 }
 
-/// Reads the page data of a btree segment directly: (value, address) rows.
+/// Reads the values and addresses of a btree segment directly: (value, address) rows.
 async fn btree_rows(ds: &Dataset, meta: &IndexMetadata) -> Vec<(i32, u64)> {
-    let path = index_dir(&meta.uuid).join(PAGE_DATA_FILE).unwrap();
-    let file = LanceFileReader::open(ds.store(), &path, None)
-        .await
-        .unwrap();
-    let mut out = Vec::new();
-    for batch in file.read_all(None).await.unwrap() {
-        let values = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int32Array>()
+    let read = |name: &'static str| async move {
+        let path = index_dir(&meta.uuid).join(name).unwrap();
+        let file = LanceFileReader::open(ds.store(), &path, None)
+            .await
             .unwrap();
-        let addrs = batch
-            .column_by_name(ADDR_COLUMN)
-            .unwrap()
-            .as_any()
-            .downcast_ref::<UInt64Array>()
-            .unwrap();
-        out.extend(
-            values
-                .values()
-                .iter()
-                .copied()
-                .zip(addrs.values().iter().copied()),
-        );
-    }
-    out
+        let batches = file.read_all(None).await.unwrap();
+        let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(0).as_ref()).collect();
+        arrow::compute::concat(&arrays).unwrap()
+    };
+    let values = read(VALUES_FILE).await;
+    let addrs = read(ADDRESSES_FILE).await;
+    let values = values.as_any().downcast_ref::<Int32Array>().unwrap();
+    let addrs = addrs.as_any().downcast_ref::<UInt64Array>().unwrap();
+    assert_eq!(addrs.null_count(), 0, "no tombstones expected");
+    values
+        .values()
+        .iter()
+        .copied()
+        .zip(addrs.values().iter().copied())
+        .collect()
 }
 
 #[tokio::test]
@@ -546,7 +540,7 @@ async fn corrupt_index_is_an_error_not_a_panic(#[case] damage: Damage) {
                 .unwrap();
         }
         Damage::DataTruncated => {
-            let path = seg_dir.join(PAGE_DATA_FILE).unwrap();
+            let path = seg_dir.join(VALUES_FILE).unwrap();
             let full = ds.store().get(&path).await.unwrap();
             ds.store()
                 .put(&path, full.slice(0..full.len() / 2))

@@ -317,6 +317,16 @@ impl DatasetStore {
         Ok(infos)
     }
 
+    /// Copies an object inside the store without moving its bytes through this
+    /// process: a hard link on the local file system, a server-side copy on
+    /// object stores. Overwrites `to`; NotFound when `from` is missing.
+    pub async fn copy(&self, from: &RelativePath, to: &RelativePath) -> Result<()> {
+        self.object_store
+            .copy(&from.to_object_path(), &to.to_object_path())
+            .await
+            .map_err(|e| store_error("copying", from, e))
+    }
+
     /// Deletes an object; a missing object is not an error.
     pub async fn delete(&self, path: &RelativePath) -> Result<()> {
         match self.object_store.delete(&path.to_object_path()).await {

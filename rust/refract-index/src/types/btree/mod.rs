@@ -2,19 +2,40 @@
 //! (then address) and cut into fixed-size pages, plus a page lookup holding
 //! each page's first row, row count and `[min, max]` value.
 //!
-//! Files under the segment directory:
-//! * `page_data.lance`: columns `value` (the indexed type) and `_rowaddr` (UInt64);
+//! Files under the segment directory (layout version 2, [`BTREE_VERSION`]):
+//! * `values.lance`: column `value` (the indexed type, non-null), sorted;
+//! * `addresses.lance`: column `_rowaddr` (UInt64, nullable); row `i` is the
+//!   address of row `i` of `values.lance`. A null is a *tombstone*: the row
+//!   was deleted by a remap that kept the values file as it was;
 //! * `page_lookup.lance`: one row per page, columns `min`, `max` (the indexed
-//!   type), `row_start`, `num_rows` (UInt64).
+//!   type), `row_start`, `num_rows` (UInt64), over the rows of `values.lance`.
 //!
-//! A search reads the lookup (cached in the session) and only the pages whose
-//! `[min, max]` can match. Nulls are not stored; `IS NULL` is left to a scan.
-//! An empty segment writes no files.
+//! Values and addresses live in separate files because a remap never changes
+//! a value or the order of values, only addresses: a remap copies
+//! `values.lance` and `page_lookup.lance` with the store's server-side copy
+//! (a hard link on local disk) and rewrites only `addresses.lance`. Once
+//! tombstones would exceed `1 / TOMBSTONE_DIVISOR` of the entries, the remap
+//! rewrites everything instead, dropping them and cutting a fresh lookup, so
+//! dead entries never accumulate without bound. After an address-only remap
+//! the addresses inside a run of equal values are in no particular order.
+//!
+//! Layout version 1 (details without a `version`) stored both columns in one
+//! `page_data.lance`, without tombstones; it is still read, and its remap
+//! writes version 2. Other versions are NotSupported.
+//!
+//! A search reads the lookup (cached in the session), only the values of the
+//! pages whose `[min, max]` can match, and the addresses of the matching rows
+//! only, skipping tombstones. Nulls are not stored; `IS NULL` is left to a
+//! scan. An empty segment writes no files.
 
+mod files;
 mod lookup;
 mod pages;
 mod reader;
 mod remap;
+#[cfg(test)]
+mod tests;
+mod translate;
 
 use std::sync::Arc;
 
@@ -35,43 +56,96 @@ pub use reader::BTreeSegment;
 
 /// Stored type name.
 pub const BTREE_TYPE: &str = "btree";
-/// On-disk layout version.
-pub const BTREE_VERSION: u32 = 1;
+/// On-disk layout version written by build and remap (see the module docs).
+pub const BTREE_VERSION: u32 = 2;
+/// The layout with one `page_data.lance` holding values and addresses.
+pub const LEGACY_BTREE_VERSION: u32 = 1;
 /// Default rows per page.
 pub const DEFAULT_PAGE_ROWS: u32 = 4096;
-/// Data file name.
-pub const PAGE_DATA_FILE: &str = "page_data.lance";
+/// Sorted values file name (layout 2).
+pub const VALUES_FILE: &str = "values.lance";
+/// Addresses file name (layout 2).
+pub const ADDRESSES_FILE: &str = "addresses.lance";
+/// Values-and-addresses file name of layout 1.
+pub const LEGACY_PAGE_DATA_FILE: &str = "page_data.lance";
 /// Lookup file name.
 pub const PAGE_LOOKUP_FILE: &str = "page_lookup.lance";
 /// Name of the value column in the index files.
 pub const VALUE_COLUMN: &str = "value";
 /// Name of the address column in the index files.
 pub const ADDR_COLUMN: &str = "_rowaddr";
+/// An address-only remap keeps at most `entries / TOMBSTONE_DIVISOR`
+/// tombstones (one in eight); one that would keep more rewrites the whole
+/// segment without them. Searches read at most 1/7 more entries than live ones.
+pub const TOMBSTONE_DIVISOR: u64 = 8;
 
 /// What the manifest stores for a btree segment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BTreeDetails {
-    /// Rows (non-null values) stored.
+    /// Live rows: stored values whose address is not a tombstone.
     pub num_rows: u64,
     /// Pages stored.
     pub num_pages: u64,
-    /// Rows per page (the last page may hold fewer).
+    /// Rows per page (the last page may hold fewer; counts tombstones).
     pub page_rows: u32,
+    /// File layout version; details written before the field existed are
+    /// version 1 ([`LEGACY_BTREE_VERSION`]).
+    #[serde(default = "legacy_version")]
+    pub version: u32,
+    /// Entries whose address is a tombstone (null).
+    #[serde(default)]
+    pub tombstones: u64,
+}
+
+fn legacy_version() -> u32 {
+    LEGACY_BTREE_VERSION
 }
 
 impl BTreeDetails {
+    /// Details of a segment without rows (no files).
+    pub fn empty(page_rows: u32) -> Self {
+        BTreeDetails {
+            num_rows: 0,
+            num_pages: 0,
+            page_rows,
+            version: BTREE_VERSION,
+            tombstones: 0,
+        }
+    }
+
+    /// Rows in the values and addresses files: live rows plus tombstones.
+    pub fn entries(&self) -> Result<u64> {
+        self.num_rows
+            .checked_add(self.tombstones)
+            .ok_or_else(|| Error::corrupt("btree details", "row count overflows"))
+    }
+
     /// Serializes for `IndexMetadata.details`.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         serde_json::to_vec(self).map_err(|e| Error::external("encoding btree details", e))
     }
 
-    /// Parses stored details; Corrupt on bad bytes.
+    /// Parses stored details; Corrupt on bad bytes, NotSupported for a layout
+    /// version this client does not know.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let details: BTreeDetails = serde_json::from_slice(bytes)
             .map_err(|e| Error::corrupt("btree details", e.to_string()))?;
+        if details.version != BTREE_VERSION && details.version != LEGACY_BTREE_VERSION {
+            return Err(Error::not_supported(format!(
+                "btree layout version {} (this client reads versions {LEGACY_BTREE_VERSION} and {BTREE_VERSION}); upgrade the client or rebuild the index",
+                details.version
+            )));
+        }
         if details.page_rows == 0 {
             return Err(Error::corrupt("btree details", "page_rows is 0"));
         }
+        if details.version == LEGACY_BTREE_VERSION && details.tombstones != 0 {
+            return Err(Error::corrupt(
+                "btree details",
+                "a version 1 segment cannot hold tombstones",
+            ));
+        }
+        details.entries()?;
         Ok(details)
     }
 }
@@ -107,12 +181,7 @@ impl IndexType for BTreeIndexType {
         }
         let batches: Vec<RecordBatch> = input.try_collect().await?;
         let Some(first) = batches.first() else {
-            return BTreeDetails {
-                num_rows: 0,
-                num_pages: 0,
-                page_rows,
-            }
-            .to_bytes();
+            return BTreeDetails::empty(page_rows).to_bytes();
         };
         let value_type = input_value_type(first)?;
         let sorted = sort_non_null(&batches, &value_type)?;
@@ -162,7 +231,8 @@ fn input_value_type(batch: &RecordBatch) -> Result<DataType> {
     Ok(value_type)
 }
 
-/// The schema of `page_data.lance`.
+/// The schema of sorted `(value, address)` rows in memory (and of layout 1's
+/// `page_data.lance`).
 pub(crate) fn data_schema(value_type: &DataType) -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new(VALUE_COLUMN, value_type.clone(), false),

@@ -1,6 +1,7 @@
-//! Writes sorted `(value, _rowaddr)` rows as fixed-size pages plus the page
-//! lookup. Used by build and by remap, so a remapped segment gets a freshly
-//! cut lookup (no empty pages, exact min/max) rather than a stale copy.
+//! Writes sorted `(value, _rowaddr)` rows as fixed-size pages of
+//! `values.lance` and `addresses.lance` plus the page lookup. Used by build
+//! and by the full-rewrite remap, so such a segment gets a freshly cut lookup
+//! (no empty pages, exact min/max, no tombstones).
 
 use std::sync::Arc;
 
@@ -9,7 +10,10 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileWriter, RelativePath};
 
-use super::{concat, data_schema, BTreeDetails, PAGE_DATA_FILE, PAGE_LOOKUP_FILE};
+use super::files::{addresses_schema, values_schema};
+use super::{
+    concat, data_schema, BTreeDetails, ADDRESSES_FILE, BTREE_VERSION, PAGE_LOOKUP_FILE, VALUES_FILE,
+};
 use crate::types::IndexContext;
 
 /// Lookup columns.
@@ -35,7 +39,7 @@ pub(crate) struct PageWriter {
     dir: RelativePath,
     value_type: DataType,
     page_rows: u32,
-    data: Option<LanceFileWriter>,
+    files: Option<DataWriters>,
     pending: Option<RecordBatch>,
     mins: Vec<ArrayRef>,
     maxs: Vec<ArrayRef>,
@@ -56,7 +60,7 @@ impl PageWriter {
             dir,
             value_type,
             page_rows,
-            data: None,
+            files: None,
             pending: None,
             mins: Vec::new(),
             maxs: Vec::new(),
@@ -102,21 +106,14 @@ impl PageWriter {
             num_rows: self.rows,
             num_pages: self.starts.len() as u64,
             page_rows: self.page_rows,
+            version: BTREE_VERSION,
+            tombstones: 0,
         };
-        let Some(data) = self.data.take() else {
+        let Some(files) = self.files.take() else {
             // No rows: an empty segment has no files.
             return Ok(details);
         };
-        let summary = data.finish().await?;
-        if summary.num_rows != self.rows {
-            return Err(Error::corrupt(
-                "btree page data",
-                format!(
-                    "wrote {} rows, file reports {}",
-                    self.rows, summary.num_rows
-                ),
-            ));
-        }
+        files.finish(self.rows).await?;
         self.write_lookup().await?;
         Ok(details)
     }
@@ -126,16 +123,14 @@ impl PageWriter {
         if n == 0 {
             return Ok(());
         }
-        let data = match self.data.as_mut() {
-            Some(data) => data,
+        let files = match self.files.as_mut() {
+            Some(files) => files,
             None => {
-                let path = self.dir.join(PAGE_DATA_FILE)?;
-                let schema = data_schema(&self.value_type);
-                self.data
-                    .insert(LanceFileWriter::create(&self.ctx.store, &path, schema).await?)
+                let files = DataWriters::create(&self.ctx, &self.dir, &self.value_type).await?;
+                self.files.insert(files)
             }
         };
-        data.write(page).await?;
+        files.write(page).await?;
         let values = page.column(0);
         // Copy the bounds out: a slice would keep the whole page's value
         // buffer alive until the lookup is written (every row of the segment).
@@ -163,6 +158,67 @@ impl PageWriter {
         let mut writer = LanceFileWriter::create(&self.ctx.store, &path, schema).await?;
         writer.write(&batch).await?;
         writer.finish().await?;
+        Ok(())
+    }
+}
+
+/// The writers of `values.lance` and `addresses.lance`, fed page by page.
+struct DataWriters {
+    values: LanceFileWriter,
+    addresses: LanceFileWriter,
+}
+
+impl DataWriters {
+    async fn create(ctx: &IndexContext, dir: &RelativePath, value_type: &DataType) -> Result<Self> {
+        let values = LanceFileWriter::create(
+            &ctx.store,
+            &dir.join(VALUES_FILE)?,
+            values_schema(value_type),
+        )
+        .await?;
+        let addresses = match LanceFileWriter::create(
+            &ctx.store,
+            &dir.join(ADDRESSES_FILE)?,
+            addresses_schema(),
+        )
+        .await
+        {
+            Ok(addresses) => addresses,
+            Err(err) => {
+                values.abort().await;
+                return Err(err);
+            }
+        };
+        Ok(DataWriters { values, addresses })
+    }
+
+    /// Writes the two columns of a `(value, _rowaddr)` page. Pages come from
+    /// [`PageWriter::push`], which labels them with the two-column
+    /// `data_schema`, so columns 0 and 1 exist.
+    async fn write(&mut self, page: &RecordBatch) -> Result<()> {
+        let values = RecordBatch::try_new(self.values.schema(), vec![page.column(0).clone()])
+            .map_err(|e| Error::external("assembling btree values", e))?;
+        let addresses = RecordBatch::try_new(self.addresses.schema(), vec![page.column(1).clone()])
+            .map_err(|e| Error::external("assembling btree addresses", e))?;
+        self.values.write(&values).await?;
+        self.addresses.write(&addresses).await
+    }
+
+    /// Completes both files and checks they hold `rows` rows.
+    async fn finish(self, rows: u64) -> Result<()> {
+        let values = self.values.finish().await?;
+        let addresses = self.addresses.finish().await?;
+        for (what, written) in [
+            ("values", values.num_rows),
+            ("addresses", addresses.num_rows),
+        ] {
+            if written != rows {
+                return Err(Error::corrupt(
+                    format!("btree {what}"),
+                    format!("wrote {rows} rows, the file reports {written}"),
+                ));
+            }
+        }
         Ok(())
     }
 }

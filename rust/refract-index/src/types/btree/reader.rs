@@ -1,24 +1,20 @@
-//! Searching a btree segment: pick pages by their `[min, max]`, read only those,
-//! binary-search inside them.
+//! Searching a btree segment: pick pages by their `[min, max]`, read only
+//! their values, binary-search inside them, then read the addresses of the
+//! matching rows only, skipping tombstones.
 
 use std::ops::{Bound, Range};
 use std::sync::Arc;
 
-use arrow_array::{RecordBatch, UInt64Array};
-use arrow_schema::DataType;
 use async_trait::async_trait;
-use futures::TryStreamExt;
 use refract_core::{CacheKey, CacheNamespace, DeepSize, Error, KeyParts, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
 use roaring::RoaringTreemap;
 
+use super::files::{bounded_pieces, Caching, SegmentFiles};
 use super::lookup::{self, PageEntry};
-use super::{BTreeDetails, ADDR_COLUMN, PAGE_DATA_FILE, PAGE_LOOKUP_FILE, VALUE_COLUMN};
-use crate::keys::{downcast, interval_meets, range_is_empty, Key, KeyColumn, KeyKind};
+use super::{BTreeDetails, PAGE_LOOKUP_FILE};
+use crate::keys::{interval_meets, range_is_empty, Key, KeyColumn, KeyKind};
 use crate::types::{IndexContext, IndexQuery, IndexSegmentReader, SearchResult};
-
-/// Rows decoded per read batch while searching.
-const READ_BATCH_ROWS: u32 = 8192;
 
 /// An opened btree segment.
 pub struct BTreeSegment {
@@ -28,7 +24,7 @@ pub struct BTreeSegment {
 
 struct Opened {
     kind: KeyKind,
-    data: LanceFileReader,
+    files: SegmentFiles,
     pages: Vec<PageEntry>,
 }
 
@@ -40,8 +36,8 @@ impl DeepSize for BTreeSegment {
                 .map(|p| (p.min.deep_size() + p.max.deep_size() + 16) as usize)
                 .sum()
         });
-        // The reader itself holds file metadata; count a fixed overhead for it.
-        pages + 4096
+        // The readers themselves hold file metadata; count a fixed overhead for them.
+        pages + 8192
     }
 }
 
@@ -67,54 +63,19 @@ pub(crate) async fn open(
     dir: &RelativePath,
     details: &BTreeDetails,
 ) -> Result<BTreeSegment> {
-    if details.num_rows == 0 {
+    if details.entries()? == 0 {
         return Ok(BTreeSegment { inner: None });
     }
-    let data = LanceFileReader::open(&ctx.store, &dir.join(PAGE_DATA_FILE)?, None).await?;
-    let value_type = check_data_schema(&data)?;
-    if data.num_rows() != details.num_rows {
-        return Err(Error::corrupt(
-            "btree page data",
-            format!(
-                "holds {} rows, details say {}",
-                data.num_rows(),
-                details.num_rows
-            ),
-        ));
-    }
+    let files = SegmentFiles::open(ctx, dir, details, Caching::Cached).await?;
     let lookup_file = LanceFileReader::open(&ctx.store, &dir.join(PAGE_LOOKUP_FILE)?, None).await?;
-    let pages = lookup::load(&lookup_file, &value_type, data.num_rows()).await?;
-    let kind = KeyKind::of(&value_type).ok_or_else(|| {
-        Error::corrupt(
-            "btree page data",
-            format!("unsupported value type {value_type}"),
-        )
-    })?;
+    let pages = lookup::load(&lookup_file, files.value_type(), files.entries()).await?;
     Ok(BTreeSegment {
-        inner: Some(Opened { kind, data, pages }),
+        inner: Some(Opened {
+            kind: files.kind(),
+            files,
+            pages,
+        }),
     })
-}
-
-/// Checks the page data columns and returns the value type.
-pub(crate) fn check_data_schema(data: &LanceFileReader) -> Result<DataType> {
-    let schema = data.schema();
-    let value = schema
-        .field_with_name(VALUE_COLUMN)
-        .map_err(|_| Error::corrupt("btree page data", "missing value column"))?;
-    let addr = schema
-        .field_with_name(ADDR_COLUMN)
-        .map_err(|_| Error::corrupt("btree page data", "missing _rowaddr column"))?;
-    if addr.data_type() != &DataType::UInt64 || KeyKind::of(value.data_type()).is_none() {
-        return Err(Error::corrupt(
-            "btree page data",
-            format!(
-                "unexpected column types {} / {}",
-                value.data_type(),
-                addr.data_type()
-            ),
-        ));
-    }
-    Ok(value.data_type().clone())
 }
 
 /// A query reduced to key ranges.
@@ -160,50 +121,49 @@ impl Opened {
     }
 
     async fn search(&self, ranges: &KeyRanges) -> Result<RoaringTreemap> {
-        let mut found = RoaringTreemap::new();
+        let mut matches: Vec<Range<u64>> = Vec::new();
         for rows in self.candidate_rows(ranges) {
-            let mut stream = self.data.read_range(rows, None, READ_BATCH_ROWS).await?;
-            while let Some(batch) = stream.try_next().await? {
-                collect_matches(&batch, ranges, &mut found)?;
+            for piece in bounded_pieces(rows) {
+                let values = self.files.read_values(piece.clone()).await?;
+                matching_rows(&KeyColumn::new(&values)?, piece.start, ranges, &mut matches);
+            }
+        }
+        let mut found = RoaringTreemap::new();
+        for rows in merge(matches) {
+            for piece in bounded_pieces(rows) {
+                let addresses = self.files.read_addresses(piece).await?;
+                // Tombstones (nulls) are skipped.
+                found.extend(addresses.iter().flatten());
             }
         }
         Ok(found)
     }
 }
 
-/// Adds the addresses of the rows of a sorted `batch` that fall in any range.
-fn collect_matches(
-    batch: &RecordBatch,
-    ranges: &KeyRanges,
-    found: &mut RoaringTreemap,
-) -> Result<()> {
-    let (values, addrs) = split_page_batch(batch)?;
+/// Appends the rows of sorted `values` (row `first` of the file onwards) that
+/// fall in any range.
+fn matching_rows(values: &KeyColumn, first: u64, ranges: &KeyRanges, out: &mut Vec<Range<u64>>) {
     let n = values.len();
     for (low, high) in ranges {
         let from = values.lower_position(0, n, low);
         let to = values.upper_position(from, n, high);
-        if let Some(hits) = addrs.values().get(from..to) {
-            found.extend(hits.iter().copied());
+        if from < to {
+            out.push(first + from as u64..first + to as u64);
         }
     }
-    Ok(())
 }
 
-/// The value keys and addresses of a page-data batch.
-pub(crate) fn split_page_batch(batch: &RecordBatch) -> Result<(KeyColumn, UInt64Array)> {
-    let value = batch
-        .column_by_name(VALUE_COLUMN)
-        .ok_or_else(|| Error::corrupt("btree page data", "missing value column"))?;
-    let addr = batch
-        .column_by_name(ADDR_COLUMN)
-        .ok_or_else(|| Error::corrupt("btree page data", "missing _rowaddr column"))?;
-    if value.null_count() > 0 || addr.null_count() > 0 {
-        return Err(Error::corrupt("btree page data", "null value or address"));
+/// Sorts row ranges and merges the ones that overlap or touch.
+fn merge(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    ranges.sort_unstable_by_key(|r| (r.start, r.end));
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        match out.last_mut() {
+            Some(last) if range.start <= last.end => last.end = last.end.max(range.end),
+            _ => out.push(range),
+        }
     }
-    Ok((
-        KeyColumn::new(value)?,
-        downcast::<UInt64Array>(addr)?.clone(),
-    ))
+    out
 }
 
 #[async_trait]
@@ -235,15 +195,9 @@ impl IndexSegmentReader for BTreeSegment {
         let Some(opened) = &self.inner else {
             return Ok(all);
         };
-        let mut stream = opened
-            .data
-            .read_range(0..opened.data.num_rows(), Some(&[ADDR_COLUMN]), 65_536)
-            .await?;
-        while let Some(batch) = stream.try_next().await? {
-            let addr = batch
-                .column_by_name(ADDR_COLUMN)
-                .ok_or_else(|| Error::corrupt("btree page data", "missing _rowaddr column"))?;
-            all.extend(downcast::<UInt64Array>(addr)?.values().iter().copied());
+        for piece in bounded_pieces(0..opened.files.entries()) {
+            let addresses = opened.files.read_addresses(piece).await?;
+            all.extend(addresses.iter().flatten());
         }
         Ok(all)
     }

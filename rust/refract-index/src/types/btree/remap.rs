@@ -1,25 +1,41 @@
 //! Streaming btree remap.
 //!
-//! Pages are read in slices of at most [`MAX_TRANSLATION_BATCH`] rows; each
-//! slice's addresses are translated in one call, rows that translate to `None`
-//! are dropped, and the survivors are re-cut into fresh pages with a rebuilt
-//! lookup. Values are never re-sorted: translation does not change a value, so
-//! only the addresses inside a run of equal values can fall out of order, and
-//! only those runs are sorted. A run that crosses a slice boundary is carried
+//! **Address-only remap** (the usual case, layout 2): values and their order
+//! do not change, so `values.lance` and `page_lookup.lance` are copied with
+//! the store's server-side copy and only `addresses.lance` is rewritten, in
+//! slices of at most [`MAX_TRANSLATION_BATCH`] rows. Rows whose address
+//! translates to `None` become tombstones (nulls).
+//!
+//! **Full rewrite** (layout 1 segments, or when the tombstones would exceed
+//! `entries / TOMBSTONE_DIVISOR`): pages are read in slices of at most
+//! [`MAX_TRANSLATION_BATCH`] rows; each slice's addresses are translated in
+//! one call, tombstones and rows that translate to `None` are dropped, and
+//! the survivors are re-cut into fresh pages with a rebuilt lookup. Values
+//! are never re-sorted: translation does not change a value, so only the
+//! addresses inside a run of equal values can fall out of order, and only
+//! those runs are sorted. A run that crosses a slice boundary is carried
 //! into the next slice (up to [`MAX_CARRIED_ROWS`]; a longer run is sorted in
 //! pieces, which searches do not depend on).
+//!
+//! Both paths hold one slice at a time plus the Lance writers' page buffers,
+//! so their memory does not grow with the segment.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use arrow_array::{BooleanArray, RecordBatch, UInt64Array};
-use futures::TryStreamExt;
-use refract_core::{Error, Result};
-use refract_table::io::{LanceFileReader, RelativePath};
+use arrow_array::{Array, RecordBatch, UInt64Array};
 
+use refract_core::{Error, Result};
+use refract_table::io::{LanceFileWriter, RelativePath};
+
+use super::files::{addresses_schema, bounded_pieces, Caching, SegmentFiles};
 use super::pages::PageWriter;
-use super::reader::{check_data_schema, split_page_batch};
-use super::{data_schema, filter, BTreeDetails, PAGE_DATA_FILE};
+use super::translate::AddressTranslation;
+use super::{
+    data_schema, filter, BTreeDetails, ADDRESSES_FILE, ADDR_COLUMN, BTREE_VERSION,
+    PAGE_LOOKUP_FILE, TOMBSTONE_DIVISOR, VALUES_FILE, VALUE_COLUMN,
+};
+use crate::keys::{downcast, KeyColumn};
 use crate::types::{IndexContext, Translator, MAX_TRANSLATION_BATCH};
 
 /// Longest equal-value run carried across slices to keep its addresses sorted.
@@ -33,82 +49,127 @@ pub(crate) async fn remap(
     new_dir: &RelativePath,
     translator: &dyn Translator,
 ) -> Result<BTreeDetails> {
-    if details.num_rows == 0 {
-        return Ok(details.clone());
+    if details.entries()? == 0 {
+        return Ok(BTreeDetails::empty(details.page_rows));
     }
-    let data = LanceFileReader::open(&ctx.store, &old_dir.join(PAGE_DATA_FILE)?, None).await?;
-    let value_type = check_data_schema(&data)?;
-    if data.num_rows() != details.num_rows {
+    let files = SegmentFiles::open(ctx, old_dir, details, Caching::Uncached).await?;
+    if details.version == BTREE_VERSION {
+        if let Some(new) =
+            remap_addresses(ctx, &files, old_dir, details, new_dir, translator).await?
+        {
+            return Ok(new);
+        }
+    }
+    rewrite(ctx, &files, details, new_dir, translator).await
+}
+
+/// The address-only remap; `None` (and nothing written) when the tombstones
+/// would exceed the limit.
+async fn remap_addresses(
+    ctx: &IndexContext,
+    files: &SegmentFiles,
+    old_dir: &RelativePath,
+    details: &BTreeDetails,
+    new_dir: &RelativePath,
+    translator: &dyn Translator,
+) -> Result<Option<BTreeDetails>> {
+    let entries = files.entries();
+    let limit = entries / TOMBSTONE_DIVISOR;
+    let mut tombstones = details.tombstones;
+    if tombstones > limit {
+        return Ok(None);
+    }
+    let schema = addresses_schema();
+    let mut writer =
+        LanceFileWriter::create(&ctx.store, &new_dir.join(ADDRESSES_FILE)?, schema.clone()).await?;
+    let mut translation = AddressTranslation::default();
+    for piece in bounded_pieces(0..entries) {
+        let step = async {
+            let old = files.read_addresses(piece).await?;
+            let new = translation.translate(&old, translator)?;
+            // Translation keeps every tombstone, so the count only grows.
+            tombstones += (new.null_count() - old.null_count()) as u64;
+            if tombstones > limit {
+                return Ok(false);
+            }
+            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(new)])
+                .map_err(|e| Error::external("assembling btree addresses", e))?;
+            writer.write(&batch).await?;
+            Ok::<bool, Error>(true)
+        };
+        match step.await {
+            Ok(true) => {}
+            Ok(false) => {
+                writer.abort().await;
+                return Ok(None);
+            }
+            Err(err) => {
+                writer.abort().await;
+                return Err(err);
+            }
+        }
+    }
+    let written = writer.finish().await?.num_rows;
+    if written != entries {
         return Err(Error::corrupt(
-            "btree page data",
-            format!(
-                "holds {} rows, details say {}",
-                data.num_rows(),
-                details.num_rows
-            ),
+            "btree addresses",
+            format!("wrote {entries} rows, the file reports {written}"),
         ));
     }
-    let mut writer = PageWriter::new(
-        ctx.clone(),
-        new_dir.clone(),
-        value_type.clone(),
-        details.page_rows,
-    );
-    // MAX_TRANSLATION_BATCH (65,536) fits in u32.
-    let mut stream = data
-        .read_range(0..data.num_rows(), None, MAX_TRANSLATION_BATCH as u32)
-        .await?;
-    let mut translated = Vec::with_capacity(MAX_TRANSLATION_BATCH);
+    for name in [VALUES_FILE, PAGE_LOOKUP_FILE] {
+        ctx.store
+            .copy(&old_dir.join(name)?, &new_dir.join(name)?)
+            .await?;
+    }
+    Ok(Some(BTreeDetails {
+        num_rows: entries - tombstones,
+        num_pages: details.num_pages,
+        page_rows: details.page_rows,
+        version: BTREE_VERSION,
+        tombstones,
+    }))
+}
+
+/// The full rewrite: drops tombstones and gone rows, re-cuts pages and lookup.
+async fn rewrite(
+    ctx: &IndexContext,
+    files: &SegmentFiles,
+    details: &BTreeDetails,
+    new_dir: &RelativePath,
+    translator: &dyn Translator,
+) -> Result<BTreeDetails> {
+    let value_type = files.value_type().clone();
+    let schema = data_schema(&value_type);
+    let mut writer = PageWriter::new(ctx.clone(), new_dir.clone(), value_type, details.page_rows);
+    let mut translation = AddressTranslation::default();
     let mut carry: Option<RecordBatch> = None;
-    while let Some(batch) = stream.try_next().await? {
-        let mut offset = 0;
-        while offset < batch.num_rows() {
-            let len = (batch.num_rows() - offset).min(MAX_TRANSLATION_BATCH);
-            let slice = translate_slice(&batch.slice(offset, len), translator, &mut translated)?;
-            offset += len;
-            let joined = match carry.take() {
-                Some(prev) => {
-                    arrow::compute::concat_batches(&data_schema(&value_type), [&prev, &slice])
-                        .map_err(|e| Error::external("joining btree runs", e))?
-                }
-                None => slice,
-            };
-            let (ready, tail) = split_last_run(&joined)?;
-            writer.push(&sort_addresses_within_runs(&ready)?).await?;
-            carry = tail;
-        }
+    for piece in bounded_pieces(0..files.entries()) {
+        let values = files.read_values(piece.clone()).await?;
+        let old = files.read_addresses(piece).await?;
+        let new = translation.translate(&old, translator)?;
+        let keep = arrow::compute::is_not_null(&new)
+            .map_err(|e| Error::external("filtering remapped btree rows", e))?;
+        let slice = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                filter(&values, &keep)?,
+                filter(&(Arc::new(new) as _), &keep)?,
+            ],
+        )
+        .map_err(|e| Error::external("assembling translated btree rows", e))?;
+        let joined = match carry.take() {
+            Some(prev) => arrow::compute::concat_batches(&schema, [&prev, &slice])
+                .map_err(|e| Error::external("joining btree runs", e))?,
+            None => slice,
+        };
+        let (ready, tail) = split_last_run(&joined)?;
+        writer.push(&sort_addresses_within_runs(&ready)?).await?;
+        carry = tail;
     }
     if let Some(tail) = carry {
         writer.push(&sort_addresses_within_runs(&tail)?).await?;
     }
     writer.finish().await
-}
-
-/// Translates the addresses of `slice` (at most one batch) and drops gone rows.
-fn translate_slice(
-    slice: &RecordBatch,
-    translator: &dyn Translator,
-    out: &mut Vec<Option<u64>>,
-) -> Result<RecordBatch> {
-    let (_, addrs) = split_page_batch(slice)?;
-    out.clear();
-    translator.translate(addrs.values(), out)?;
-    if out.len() != addrs.len() {
-        return Err(Error::invalid_input(format!(
-            "translator returned {} results for {} addresses",
-            out.len(),
-            addrs.len()
-        )));
-    }
-    let keep: BooleanArray = out.iter().map(|a| Some(a.is_some())).collect();
-    let new_addrs: UInt64Array = out.iter().flatten().copied().collect();
-    // `split_page_batch` found both columns, so column 0 (the value) exists.
-    let value = filter(slice.column(0), &keep)?;
-    RecordBatch::try_new(
-        data_schema(value.data_type()),
-        vec![value, Arc::new(new_addrs)],
-    )
-    .map_err(|e| Error::external("assembling translated btree rows", e))
 }
 
 /// Splits off the last run of equal values (unless it is too long to carry).
@@ -156,4 +217,21 @@ fn sort_addresses_within_runs(batch: &RecordBatch) -> Result<RecordBatch> {
         vec![batch.column(0).clone(), Arc::new(UInt64Array::from(sorted))],
     )
     .map_err(|e| Error::external("assembling remapped btree rows", e))
+}
+
+/// The value keys and addresses of a sorted `(value, _rowaddr)` batch.
+fn split_page_batch(batch: &RecordBatch) -> Result<(KeyColumn, UInt64Array)> {
+    let value = batch
+        .column_by_name(VALUE_COLUMN)
+        .ok_or_else(|| Error::corrupt("btree rows", "missing value column"))?;
+    let addr = batch
+        .column_by_name(ADDR_COLUMN)
+        .ok_or_else(|| Error::corrupt("btree rows", "missing _rowaddr column"))?;
+    if value.null_count() > 0 || addr.null_count() > 0 {
+        return Err(Error::corrupt("btree rows", "null value or address"));
+    }
+    Ok((
+        KeyColumn::new(value)?,
+        downcast::<UInt64Array>(addr)?.clone(),
+    ))
 }
