@@ -1,15 +1,25 @@
 //! Row-map chunk cache: cached (lazy and prewarmed) translation equals the
 //! uncached reader and an in-test reference on a multi-chunk map with a short
-//! final chunk; request counts cold and warm; deduplicated concurrent loads.
+//! final chunk, on memory and local-directory stores, for files written one
+//! page per block and for files in the earlier layout (a few large pages,
+//! counts buffer first); exact request counts cold and warm; deduplicated
+//! concurrent loads.
 
 use std::sync::Arc;
 
-use arrow_array::UInt16Array;
+use arrow_array::{RecordBatch, UInt16Array};
+use arrow_schema::{DataType, Field, Schema};
+use bytes::Bytes;
 use refract_core::cache::ByteWeightedCache;
 use refract_core::{Error, RowAddress, MAX_TRANSLATION_BATCH};
-use refract_reader::rowmap::{ChunkCacheMode, RowMapReader, RowMapSource, RowMapWriter};
+use refract_reader::rowmap::{
+    row_map_path, ChunkCacheMode, CountsMatrix, RowMapReader, RowMapSource, RowMapWriter,
+    BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN,
+};
+use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::DatasetStore;
 use rstest::rstest;
+use tempfile::TempDir;
 use uuid::Uuid;
 
 /// 750,000 + 750,000 + 600,000 rows: 33 blocks, so chunk 0 is full (32
@@ -24,8 +34,28 @@ fn label(row: u64) -> Option<u16> {
     (!h.is_multiple_of(11)).then_some((h % 5) as u16)
 }
 
+/// Where the row map lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Memory,
+    /// A temporary directory through the local object store (4 KiB blocks).
+    LocalDir,
+}
+
+/// How the row map's pages are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// [`RowMapWriter`]: one page per block, counts after the pages.
+    PagePerBlock,
+    /// The earlier writer: `LanceFileWriter` fed 100,003-label pieces (a few
+    /// large pages), counts buffer queued before any page was flushed.
+    Legacy,
+}
+
 struct Fixture {
     store: DatasetStore,
+    /// Keeps a local store's directory alive.
+    _dir: Option<TempDir>,
     map_id: Uuid,
     size: u64,
     /// Expected translation per global row.
@@ -35,32 +65,42 @@ struct Fixture {
     destinations: Vec<(u64, u64)>,
 }
 
-async fn fixture() -> Fixture {
-    let store = DatasetStore::open(&format!("memory://rowmap-{}", Uuid::new_v4()), true)
-        .await
-        .unwrap();
-    let map_id = Uuid::new_v4();
-    let mut writer = RowMapWriter::create(&store, &map_id, DESTINATIONS.len() as u32)
-        .await
-        .unwrap();
-    let mut counts = [0u64; 5];
-    let mut expected = Vec::with_capacity(TOTAL as usize);
-    let mut addresses = Vec::with_capacity(TOTAL as usize);
-    let mut row = 0u64;
-    for (fragment, rows) in SOURCES {
-        let mut labels = Vec::with_capacity(rows as usize);
-        for offset in 0..rows {
-            let l = label(row);
-            labels.push(l);
-            addresses.push(RowAddress::new(fragment as u32, offset as u32).0);
-            expected.push(l.map(|d| {
-                let at = counts[usize::from(d)];
-                counts[usize::from(d)] += 1;
-                RowAddress::new(DESTINATIONS[usize::from(d)] as u32, at as u32).0
-            }));
-            row += 1;
+async fn store_at(place: Place) -> (DatasetStore, Option<TempDir>) {
+    match place {
+        Place::Memory => {
+            let uri = format!("memory://rowmap-{}", Uuid::new_v4());
+            (DatasetStore::open(&uri, true).await.unwrap(), None)
         }
-        // Pushed in pieces that do not line up with blocks.
+        Place::LocalDir => {
+            let dir = tempfile::tempdir().unwrap();
+            let store = DatasetStore::open(dir.path().to_str().unwrap(), true)
+                .await
+                .unwrap();
+            (store, Some(dir))
+        }
+    }
+}
+
+/// Labels per source, in source order.
+fn source_labels() -> Vec<Vec<Option<u16>>> {
+    let mut row = 0u64;
+    SOURCES
+        .iter()
+        .map(|(_, rows)| {
+            let labels = (row..row + rows).map(label).collect();
+            row += rows;
+            labels
+        })
+        .collect()
+}
+
+/// Writes the map with [`RowMapWriter`], in pieces that do not line up with
+/// blocks; returns its size.
+async fn write_page_per_block(store: &DatasetStore, map_id: &Uuid) -> u64 {
+    let mut writer = RowMapWriter::create(store, map_id, DESTINATIONS.len() as u32)
+        .await
+        .unwrap();
+    for labels in source_labels() {
         for piece in labels.chunks(100_003) {
             writer
                 .push(UInt16Array::from(piece.to_vec()))
@@ -70,11 +110,79 @@ async fn fixture() -> Fixture {
     }
     let written = writer.finish().await.unwrap();
     assert_eq!(written.num_rows, TOTAL);
-    assert_eq!(written.destination_rows, counts.to_vec());
+    written.size_bytes
+}
+
+/// Writes the map exactly as the earlier `RowMapWriter` did; returns its size.
+async fn write_legacy(store: &DatasetStore, map_id: &Uuid) -> u64 {
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        LABEL_COLUMN,
+        DataType::UInt16,
+        true,
+    )]));
+    let path = row_map_path(map_id).unwrap();
+    let mut writer = LanceFileWriter::create(store, &path, schema.clone())
+        .await
+        .unwrap();
+    let all: Vec<Option<u16>> = source_labels().concat();
+    let histograms: Vec<Vec<u64>> = all
+        .chunks(BLOCK_ROWS as usize)
+        .map(|block| {
+            let mut histogram = vec![0u64; DESTINATIONS.len()];
+            for l in block.iter().flatten() {
+                histogram[usize::from(*l)] += 1;
+            }
+            histogram
+        })
+        .collect();
+    for labels in source_labels() {
+        for piece in labels.chunks(100_003) {
+            let column = Arc::new(UInt16Array::from(piece.to_vec()));
+            let batch = RecordBatch::try_new(schema.clone(), vec![column]).unwrap();
+            writer.write(&batch).await.unwrap();
+        }
+    }
+    let counts =
+        CountsMatrix::from_histograms(TOTAL, DESTINATIONS.len() as u32, &histograms).unwrap();
+    let buffer = writer
+        .add_global_buffer(Bytes::from(counts.encode()))
+        .unwrap();
+    writer.add_schema_metadata(COUNTS_BUFFER_KEY, &buffer.to_string());
+    writer.finish().await.unwrap().size_bytes
+}
+
+async fn fixture() -> Fixture {
+    fixture_with(Place::Memory, Layout::PagePerBlock).await
+}
+
+async fn fixture_with(place: Place, layout: Layout) -> Fixture {
+    let (store, dir) = store_at(place).await;
+    let map_id = Uuid::new_v4();
+    let size = match layout {
+        Layout::PagePerBlock => write_page_per_block(&store, &map_id).await,
+        Layout::Legacy => write_legacy(&store, &map_id).await,
+    };
+    let mut counts = [0u64; 5];
+    let mut expected = Vec::with_capacity(TOTAL as usize);
+    let mut addresses = Vec::with_capacity(TOTAL as usize);
+    let mut row = 0u64;
+    for (fragment, rows) in SOURCES {
+        for offset in 0..rows {
+            let l = label(row);
+            addresses.push(RowAddress::new(fragment as u32, offset as u32).0);
+            expected.push(l.map(|d| {
+                let at = counts[usize::from(d)];
+                counts[usize::from(d)] += 1;
+                RowAddress::new(DESTINATIONS[usize::from(d)] as u32, at as u32).0
+            }));
+            row += 1;
+        }
+    }
     Fixture {
         store,
+        _dir: dir,
         map_id,
-        size: written.size_bytes,
+        size,
         expected,
         addresses,
         destinations: DESTINATIONS.iter().copied().zip(counts).collect(),
@@ -141,12 +249,18 @@ async fn check_reader(f: &Fixture, reader: &RowMapReader) {
 }
 
 #[rstest]
-#[case::uncached(ChunkCacheMode::Disabled)]
-#[case::lazy(ChunkCacheMode::Lazy)]
-#[case::prewarmed(ChunkCacheMode::Prewarm)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_mode_translates_like_the_reference(#[case] mode: ChunkCacheMode) {
-    let f = fixture().await;
+async fn every_mode_translates_like_the_reference(
+    #[values(
+        ChunkCacheMode::Disabled,
+        ChunkCacheMode::Lazy,
+        ChunkCacheMode::Prewarm
+    )]
+    mode: ChunkCacheMode,
+    #[values(Place::Memory, Place::LocalDir)] place: Place,
+    #[values(Layout::PagePerBlock, Layout::Legacy)] layout: Layout,
+) {
+    let f = fixture_with(place, layout).await;
     let cache = ByteWeightedCache::new(256 << 20);
     let reader = open(&f, &cache, mode).await;
     assert_eq!(reader.num_chunks(), 2);
@@ -159,38 +273,54 @@ async fn every_mode_translates_like_the_reference(#[case] mode: ChunkCacheMode) 
     }
 }
 
+/// `_fri` requests since the last reset.
+fn fri_requests(f: &Fixture) -> u64 {
+    f.store.stats().requests_under("_fri")
+}
+
+/// Exact `_fri` requests: opening costs one tail read (plus one for a counts
+/// buffer written before the pages), each chunk load one ranged GET, a warm
+/// query none; without the cache every touched block costs one GET.
+#[rstest]
+#[case::memory_page_per_block(Place::Memory, Layout::PagePerBlock, 1)]
+#[case::local_page_per_block(Place::LocalDir, Layout::PagePerBlock, 1)]
+#[case::memory_legacy(Place::Memory, Layout::Legacy, 2)]
+#[case::local_legacy(Place::LocalDir, Layout::Legacy, 2)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn request_counts_cold_warm_and_prewarmed() {
-    let f = fixture().await;
+async fn request_counts_cold_warm_and_prewarmed(
+    #[case] place: Place,
+    #[case] layout: Layout,
+    #[case] opening: u64,
+) {
+    let f = fixture_with(place, layout).await;
     let lazy_cache = ByteWeightedCache::new(256 << 20);
     f.store.reset_stats();
     let lazy = open(&f, &lazy_cache, ChunkCacheMode::Lazy).await;
-    let opening = f.store.stats().requests_under("_fri");
-    assert!(opening <= 2, "opening read {opening} times");
+    assert_eq!(fri_requests(&f), opening, "opening");
+    assert_eq!(f.store.stats().heads, 0, "the recorded size saves a HEAD");
     assert_eq!(lazy_cache.entry_count().await, 0, "opening reads no labels");
     f.store.reset_stats();
-    translate(&lazy, &[f.addresses[2_099_000]]).await; // chunk 1 only
-    let cold = f.store.stats().requests_under("_fri");
-    assert!((1..=1 + 2).contains(&cold), "cold point read {cold} times");
+    translate(&lazy, &[f.addresses[2_099_000]]).await; // chunk 1: one short block
+    assert_eq!(fri_requests(&f), 1, "cold short chunk");
     f.store.reset_stats();
     translate(&lazy, &[f.addresses[5]]).await; // chunk 0, a full one
-    let full = f.store.stats().requests_under("_fri");
-    assert!(
-        (1..=1 + 2).contains(&full),
-        "cold full-chunk read {full} times"
-    );
+    assert_eq!(fri_requests(&f), 1, "cold full chunk");
     f.store.reset_stats();
     translate(&lazy, &[f.addresses[2_098_000], f.addresses[2_099_999]]).await;
-    assert_eq!(f.store.stats().requests_under("_fri"), 0, "warm");
+    translate(&lazy, &[f.addresses[6], f.addresses[2_000_000]]).await;
+    assert_eq!(fri_requests(&f), 0, "warm");
 
     let prewarm_cache = ByteWeightedCache::new(256 << 20);
+    f.store.reset_stats();
     let prewarmed = open(&f, &prewarm_cache, ChunkCacheMode::Prewarm).await;
     assert_eq!(prewarm_cache.entry_count().await, 2);
+    assert_eq!(fri_requests(&f), opening + 2, "opening + one GET per chunk");
     f.store.reset_stats();
     check_reader(&f, &prewarmed).await;
-    assert_eq!(f.store.stats().requests_under("_fri"), 0, "prewarmed");
+    assert_eq!(fri_requests(&f), 0, "prewarmed");
 
-    // Without the cache each query reads the blocks it touches again.
+    // Without the cache each query reads the blocks it touches again, one
+    // GET per block.
     let none = open(
         &f,
         &ByteWeightedCache::new(256 << 20),
@@ -203,9 +333,36 @@ async fn request_counts_cold_warm_and_prewarmed() {
         &[f.addresses[10], f.addresses[70_000], f.addresses[11]],
     )
     .await;
-    let first = f.store.stats().requests_under("_fri");
+    assert_eq!(fri_requests(&f), 2, "two blocks");
+    f.store.reset_stats();
     translate(&none, &[f.addresses[10]]).await;
-    assert!(f.store.stats().requests_under("_fri") > first);
+    assert_eq!(fri_requests(&f), 1, "a block again");
+}
+
+/// One page per block: a chunk load fetches exactly its pages, so the short
+/// final chunk (one block of 2,848 labels) reads far less than a full one,
+/// and a single block less than its chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunk_and_block_reads_fetch_only_their_pages() {
+    let f = fixture_with(Place::LocalDir, Layout::PagePerBlock).await;
+    let cache = ByteWeightedCache::new(256 << 20);
+    let lazy = open(&f, &cache, ChunkCacheMode::Lazy).await;
+    let bytes = |f: &Fixture| f.store.stats().bytes_read;
+    f.store.reset_stats();
+    translate(&lazy, &[f.addresses[5]]).await;
+    let full_chunk = bytes(&f);
+    f.store.reset_stats();
+    translate(&lazy, &[f.addresses[2_099_000]]).await;
+    let short_chunk = bytes(&f);
+    let none = open(&f, &cache, ChunkCacheMode::Disabled).await;
+    f.store.reset_stats();
+    translate(&none, &[f.addresses[5]]).await;
+    let block = bytes(&f);
+    assert!(
+        short_chunk * 10 < block && block * 10 < full_chunk,
+        "short chunk {short_chunk}, block {block}, full chunk {full_chunk}"
+    );
+    assert!(full_chunk < f.size, "{full_chunk} of {}", f.size);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

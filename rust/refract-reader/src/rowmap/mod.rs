@@ -10,8 +10,10 @@
 //! (refract-optimize) calls it.
 
 pub mod counts;
+mod file;
 pub mod labels;
 pub mod reader;
+mod span;
 pub mod writer;
 
 pub use counts::{CountsMatrix, BLOCK_ROWS};

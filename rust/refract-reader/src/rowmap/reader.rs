@@ -3,20 +3,24 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Array, UInt16Array};
 use futures::{StreamExt, TryStreamExt};
 use refract_core::cache::{ByteWeightedCache, CacheKey, CacheNamespace, KeyParts};
 use refract_core::{Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
-use refract_table::io::lance_files::LanceFileReader;
 use refract_table::io::store::DatasetStore;
 use uuid::Uuid;
 
-use super::counts::CountsMatrix;
+use super::counts::{CountsMatrix, BLOCK_ROWS};
+use super::file::{RowMapFile, MAX_TAIL_BYTES};
 use super::labels::LabelChunk;
-use super::{row_map_path, COUNTS_BUFFER_KEY, LABEL_COLUMN};
+use super::row_map_path;
 
 /// Blocks per cached chunk (32 × 65,536 labels ≈ 4 MiB decoded).
 pub const BLOCKS_PER_CHUNK: u64 = 32;
+/// Generous estimate of one page's column metadata (encoding description,
+/// buffer offsets and sizes).
+const PAGE_METADATA_BYTES: u64 = 256;
+/// Room for the schema, the offset tables and the footer.
+const METADATA_SLACK_BYTES: u64 = 16 << 10;
 
 /// How label chunks are cached, normally taken from the environment
 /// (`REFRACT_FRI_ROWMAP_CACHE=0` disables the cache, `REFRACT_FRI_ROWMAP_PREWARM=1`
@@ -57,7 +61,7 @@ pub struct RowMapSource {
 /// An opened, validated row map. Opening reads the counts only; labels are read
 /// when translation reaches them.
 pub struct RowMapReader {
-    file: LanceFileReader,
+    file: RowMapFile,
     counts: CountsMatrix,
     fingerprint: [u8; 32],
     /// (fragment id, first global row), sorted by fragment id for lookup.
@@ -79,8 +83,10 @@ impl RowMapReader {
     /// Opens the row map of `map_id` (recorded size `map_size_bytes`) for a
     /// transition from `sources` to `destinations` (fragment id, physical
     /// rows), validating the counts against both. `fingerprint` identifies the
-    /// transition in cache keys. Reads the file footer and the counts buffer,
-    /// no labels (unless `mode` is [`ChunkCacheMode::Prewarm`]).
+    /// transition in cache keys. Reads the file's metadata and the counts
+    /// buffer — one ranged GET of a tail sized for them, a second only when
+    /// they are not all in it — and no labels (unless `mode` is
+    /// [`ChunkCacheMode::Prewarm`]).
     #[allow(clippy::too_many_arguments)]
     pub async fn open(
         store: &DatasetStore,
@@ -92,16 +98,17 @@ impl RowMapReader {
         cache: &ByteWeightedCache,
         mode: ChunkCacheMode,
     ) -> Result<Self> {
-        // The recorded size saves a HEAD request; a wrong size fails the
-        // footer read as Corrupt.
-        let known_size = (map_size_bytes > 0).then_some(map_size_bytes);
-        let file = LanceFileReader::open(store, &row_map_path(map_id)?, known_size).await?;
-        let counts = read_counts(&file).await?;
         let source_rows = sources.iter().try_fold(0u64, |total, source| {
             total
                 .checked_add(source.physical_rows)
                 .ok_or_else(|| Error::corrupt("row map", "source rows overflow"))
         })?;
+        // The recorded size saves a HEAD request; a wrong size is Corrupt.
+        let known_size = (map_size_bytes > 0).then_some(map_size_bytes);
+        let tail = metadata_bytes_estimate(source_rows, destinations.len());
+        let opened = RowMapFile::open(store, &row_map_path(map_id)?, known_size, tail).await?;
+        let file = opened.file;
+        let counts = CountsMatrix::decode(&opened.counts)?;
         let destination_rows: Vec<u64> = destinations.iter().map(|(_, rows)| *rows).collect();
         counts.check_against(source_rows, &destination_rows)?;
         if file.num_rows() != counts.num_rows() {
@@ -197,6 +204,7 @@ impl RowMapReader {
     /// Bytes held by the reader itself (labels live in the chunk cache).
     pub fn deep_size_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
+            + self.file.deep_size_bytes()
             + self.counts.deep_size_bytes()
             + self.source_starts.capacity() * 24
             + self.destinations.capacity() * 8
@@ -307,21 +315,10 @@ impl RowMapReader {
             )));
         }
         let block_rows = self.counts.block_rows();
-        let batches: Vec<_> = self
+        let arrays = self
             .file
-            .read_range(first_row..end_row, Some(&[LABEL_COLUMN]), block_rows)
-            .await?
-            .try_collect()
+            .read_labels(first_row..end_row, block_rows)
             .await?;
-        let mut arrays = Vec::with_capacity(batches.len());
-        for batch in &batches {
-            let labels = batch
-                .column(0)
-                .as_any()
-                .downcast_ref::<UInt16Array>()
-                .ok_or_else(|| Error::corrupt("row map", "label column is not UInt16"))?;
-            arrays.push(labels.clone());
-        }
         let loaded: usize = arrays.iter().map(|a| a.len()).sum();
         if loaded as u64 != end_row - first_row {
             return Err(Error::corrupt("row map", "short label read"));
@@ -375,27 +372,17 @@ impl RowMapReader {
     }
 }
 
-async fn read_counts(file: &LanceFileReader) -> Result<CountsMatrix> {
-    let schema = file.schema();
-    let buffer = schema
-        .metadata()
-        .get(COUNTS_BUFFER_KEY)
-        .and_then(|value| value.parse::<u32>().ok())
-        .ok_or_else(|| Error::corrupt("row map", "the counts buffer is not named in the schema"))?;
-    let label_field = schema
-        .field_with_name(LABEL_COLUMN)
-        .map_err(|_| Error::corrupt("row map", "no label column"))?;
-    if label_field.data_type() != &arrow_schema::DataType::UInt16 {
-        return Err(Error::corrupt("row map", "label column is not UInt16"));
-    }
-    let bytes = file
-        .read_global_buffer(buffer)
-        .await
-        .map_err(|err| match err {
-            // The index comes from the file's own metadata: a buffer it names
-            // but does not hold is a damaged file, not bad caller input.
-            Error::InvalidInput { message } => Error::corrupt("row map", message),
-            other => other,
-        })?;
-    CountsMatrix::decode(&bytes)
+/// Bytes of counts and column metadata a row map of `rows` labels and
+/// `destinations` destinations holds at its end: the counts matrix, about
+/// [`PAGE_METADATA_BYTES`] per page (one page per block) and room for the
+/// schema, footer and tables. Opening reads this much of the tail at once.
+fn metadata_bytes_estimate(rows: u64, destinations: usize) -> u64 {
+    let blocks = rows.div_ceil(u64::from(BLOCK_ROWS));
+    let counts = (blocks + 1)
+        .saturating_mul(destinations as u64)
+        .saturating_mul(8);
+    counts
+        .saturating_add(blocks.saturating_mul(PAGE_METADATA_BYTES))
+        .saturating_add(METADATA_SLACK_BYTES)
+        .min(MAX_TAIL_BYTES)
 }

@@ -1,12 +1,20 @@
 //! Writing a row map while a stable partition streams its sources.
+//!
+//! Labels are buffered into whole blocks and each block is written as one
+//! Lance page, so a label chunk (32 blocks) is 32 adjacent pages the reader
+//! fetches with one ranged GET, and a single block is one page. The counts
+//! buffer follows the last page, next to the file's metadata, so opening
+//! reads both from the file's tail.
 
 use std::sync::Arc;
 
-use arrow_array::{RecordBatch, UInt16Array};
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt16Array};
 use arrow_schema::{DataType, Field, Schema};
 use bytes::Bytes;
+use lance_file::version::ConcreteFileVersion;
+use lance_file::versions;
+use lance_file::writer::{FileWriter, FileWriterOptions};
 use refract_core::{Error, Result};
-use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::paths::RelativePath;
 use refract_table::io::store::DatasetStore;
 use uuid::Uuid;
@@ -17,13 +25,19 @@ use super::{row_map_path, COUNTS_BUFFER_KEY, LABEL_COLUMN};
 /// Streams labels into `_fri/<map_id>/stable_partition.lance`, tracking the
 /// per-block histograms that become the counts matrix.
 pub struct RowMapWriter {
-    writer: LanceFileWriter,
+    writer: FileWriter,
     path: RelativePath,
     num_destinations: u32,
     rows: u64,
     histograms: Vec<Vec<u64>>,
     schema: Arc<Schema>,
+    /// Labels of the block being filled (fewer than `BLOCK_ROWS` rows).
+    pending: Vec<ArrayRef>,
+    pending_rows: usize,
 }
+
+/// The Lance file format version row maps are written in.
+const FILE_VERSION: ConcreteFileVersion = ConcreteFileVersion::V2_2;
 
 /// What [`RowMapWriter::finish`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +70,7 @@ impl RowMapWriter {
             true,
         )]));
         let path = row_map_path(map_id)?;
-        let writer = LanceFileWriter::create(store, &path, schema.clone()).await?;
+        let writer = create_file(store, &path, &schema).await?;
         Ok(Self {
             writer,
             path,
@@ -64,6 +78,8 @@ impl RowMapWriter {
             rows: 0,
             histograms: Vec::new(),
             schema,
+            pending: Vec::new(),
+            pending_rows: 0,
         })
     }
 
@@ -90,21 +106,55 @@ impl RowMapWriter {
             }
         }
         self.rows += labels.len() as u64;
-        let batch = RecordBatch::try_new(self.schema.clone(), vec![Arc::new(labels)])
+        let block_rows = BLOCK_ROWS as usize;
+        let mut offset = 0;
+        while offset < labels.len() {
+            let take = (block_rows - self.pending_rows).min(labels.len() - offset);
+            self.pending.push(Arc::new(labels.slice(offset, take)));
+            self.pending_rows += take;
+            offset += take;
+            if self.pending_rows == block_rows {
+                self.write_block().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the pending labels as one page.
+    async fn write_block(&mut self) -> Result<()> {
+        if self.pending_rows == 0 {
+            return Ok(());
+        }
+        let pieces: Vec<&dyn Array> = self.pending.iter().map(|a| a.as_ref()).collect();
+        let block = arrow::compute::concat(&pieces)
+            .map_err(|e| Error::external("assembling a row-map block", e))?;
+        self.pending.clear();
+        self.pending_rows = 0;
+        let batch = RecordBatch::try_new(self.schema.clone(), vec![block])
             .map_err(|e| Error::external("building a row-map batch", e))?;
-        self.writer.write(&batch).await
+        self.writer
+            .write_batch(&batch)
+            .await
+            .map_err(|e| lance_error("writing", &self.path, e))
     }
 
     /// Writes the counts matrix and closes the file.
     pub async fn finish(mut self) -> Result<WrittenRowMap> {
         let counts =
             CountsMatrix::from_histograms(self.rows, self.num_destinations, &self.histograms)?;
+        self.write_block().await?;
         let buffer = self
             .writer
-            .add_global_buffer(Bytes::from(counts.encode()))?;
+            .add_global_buffer(Bytes::from(counts.encode()))
+            .await
+            .map_err(|e| lance_error("writing the counts of", &self.path, e))?;
         self.writer
-            .add_schema_metadata(COUNTS_BUFFER_KEY, &buffer.to_string());
-        let summary = self.writer.finish().await?;
+            .add_schema_metadata(COUNTS_BUFFER_KEY, buffer.to_string());
+        let summary = self
+            .writer
+            .finish()
+            .await
+            .map_err(|e| lance_error("finishing", &self.path, e))?;
         Ok(WrittenRowMap {
             path: self.path,
             size_bytes: summary.size_bytes,
@@ -112,4 +162,41 @@ impl RowMapWriter {
             num_rows: self.rows,
         })
     }
+}
+
+/// Starts the Lance file at `path`, which must not exist yet. Every batch
+/// becomes its own page: the writer buffers (almost) nothing between batches.
+async fn create_file(
+    store: &DatasetStore,
+    path: &RelativePath,
+    schema: &Schema,
+) -> Result<FileWriter> {
+    match store.head(path).await {
+        Ok(_) => {
+            return Err(Error::invalid_input(format!(
+                "row map {path} already exists; file paths must be unique"
+            )))
+        }
+        Err(Error::NotFound { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    let lance_schema = lance_core::datatypes::Schema::try_from(schema)
+        .map_err(|e| Error::invalid_input(format!("schema of row map {path}: {e}")))?;
+    let object_writer = store
+        .lance_store()
+        .create(&path.to_object_path())
+        .await
+        .map_err(|e| lance_error("creating", path, e))?;
+    let options = FileWriterOptions {
+        data_cache_bytes: Some(1),
+        ..FileWriterOptions::default()
+    };
+    versions::create_writer(FILE_VERSION, object_writer, lance_schema, options)
+        .map_err(|e| lance_error("creating", path, e))
+}
+
+/// Maps a Lance error raised while writing `path` (the store's failures
+/// included) to an External error naming the file.
+fn lance_error(action: &str, path: &RelativePath, err: lance_core::Error) -> Error {
+    Error::external(format!("{action} row map {path}"), err)
 }
