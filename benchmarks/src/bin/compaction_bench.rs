@@ -18,7 +18,7 @@ use std::time::Instant;
 use arrow_array::{RecordBatch, UInt64Array};
 use clap::{Parser, ValueEnum};
 use futures::TryStreamExt;
-use refract_benchmarks::{current_rss_bytes, emit, peak_rss_bytes, reset_peak_rss};
+use refract_benchmarks::{copy_dir, current_rss_bytes, emit, peak_rss_bytes, reset_peak_rss};
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::synthetic::DEFAULT_DIM;
 use refract_optimize::compaction::{
@@ -59,6 +59,9 @@ struct Args {
     /// Internal: run one phase on `--dir` in this process.
     #[arg(long, value_enum, hide = true)]
     phase: Option<Phase>,
+    /// Internal: compact by decoding and re-encoding (`binary_copy` off).
+    #[arg(long, hide = true)]
+    re_encode: bool,
 }
 
 /// The phases run in child processes.
@@ -68,6 +71,7 @@ enum Phase {
     ReadSide,
     WriteSide,
     Compact,
+    ScanAfter,
 }
 
 fn main() -> BenchResult<()> {
@@ -89,17 +93,26 @@ fn main() -> BenchResult<()> {
         .clone()
         .unwrap_or_else(|| temp.path().join("compaction"));
     std::fs::create_dir_all(&dir)?;
-    let mut phases = vec![Phase::Load];
+    spawn_phase(Phase::Load, &args, &dir, false)?;
+    sync_tree(&dir)?;
     if args.breakdown {
-        phases.extend([Phase::ReadSide, Phase::WriteSide]);
+        for phase in [Phase::ReadSide, Phase::WriteSide] {
+            spawn_phase(phase, &args, &dir, false)?;
+            sync_tree(&dir)?;
+        }
     }
-    phases.push(Phase::Compact);
-    for phase in phases {
-        spawn_phase(phase, &args, &dir)?;
-        // The next phase must not pay for this one's page-cache writeback: an
-        // unflushed 270 MB load competes with the compaction's own writes.
-        sync_tree(&dir)?;
+    // The same table compacted both ways: copying pages (the default) and
+    // decoding/re-encoding, each followed by a full scan of the result.
+    let re_encode_dir = dir.with_extension("re-encode");
+    copy_dir(&dir, &re_encode_dir)?;
+    sync_tree(&re_encode_dir)?;
+    for (phase_dir, re_encode) in [(&dir, false), (&re_encode_dir, true)] {
+        spawn_phase(Phase::Compact, &args, phase_dir, re_encode)?;
+        // The next phase must not pay for this one's page-cache writeback.
+        sync_tree(phase_dir)?;
+        spawn_phase(Phase::ScanAfter, &args, phase_dir, re_encode)?;
     }
+    std::fs::remove_dir_all(&re_encode_dir)?;
     Ok(())
 }
 
@@ -117,13 +130,17 @@ fn sync_tree(dir: &Path) -> BenchResult<()> {
 }
 
 /// Runs one phase in a child process (its JSON line goes straight to stdout).
-fn spawn_phase(phase: Phase, args: &Args, dir: &Path) -> BenchResult<()> {
+fn spawn_phase(phase: Phase, args: &Args, dir: &Path, re_encode: bool) -> BenchResult<()> {
     let phase_name = phase
         .to_possible_value()
         .ok_or("phase has a name")?
         .get_name()
         .to_string();
-    let status = Command::new(std::env::current_exe()?)
+    let mut command = Command::new(std::env::current_exe()?);
+    if re_encode {
+        command.arg("--re-encode");
+    }
+    let status = command
         .arg("--phase")
         .arg(&phase_name)
         .arg("--dir")
@@ -147,6 +164,7 @@ async fn run_phase(phase: Phase, args: &Args, dir: &Path) -> BenchResult<()> {
         Phase::ReadSide => bench_read_side(&dataset).await,
         Phase::WriteSide => bench_write_side(&dataset).await,
         Phase::Compact => bench_compaction(&mut dataset, args).await,
+        Phase::ScanAfter => bench_scan_after(&dataset, args).await,
     }
 }
 
@@ -197,19 +215,25 @@ async fn bench_compaction(dataset: &mut Dataset, args: &Args) -> BenchResult<()>
     let rss_before = current_rss_bytes();
     let load_before = load_average();
     let cpu_before = process_cpu_seconds();
-    let options = CompactionOptions::default();
+    let options = CompactionOptions {
+        binary_copy: !args.re_encode,
+        ..CompactionOptions::default()
+    };
     // Exactly what `compact_files` does, step by step, so each step is timed.
     let started = Instant::now();
     let plan = plan_compaction(dataset, &options)?;
     let planned = started.elapsed().as_secs_f64();
     let results = execute_plan(dataset, &plan, None).await?;
     let executed = started.elapsed().as_secs_f64();
+    let tasks_copied = results.iter().filter(|r| r.pages_copied).count();
     let (committed, metrics) = commit_compaction(dataset, results, &options).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = process_cpu_seconds() - cpu_before;
     *dataset = committed;
     emit(json!({
         "benchmark": "compaction",
+        "mode": mode_name(args),
+        "tasks_copied": tasks_copied,
         "rows": args.rows,
         "fragment_rows": args.fragment_rows,
         "fragments_before": fragments_before,
@@ -227,6 +251,36 @@ async fn bench_compaction(dataset: &mut Dataset, args: &Args) -> BenchResult<()>
         "peak_rss_bytes": peak_rss_bytes(),
         "rss_before_bytes": rss_before,
         "committed_version": metrics.committed_version,
+    }));
+    Ok(())
+}
+
+fn mode_name(args: &Args) -> &'static str {
+    if args.re_encode {
+        "re_encode"
+    } else {
+        "page_copy"
+    }
+}
+
+/// A full scan of the compacted table (all columns), to show what the
+/// output's page layout costs readers.
+async fn bench_scan_after(dataset: &Dataset, args: &Args) -> BenchResult<()> {
+    let started = Instant::now();
+    let mut stream = dataset.scan().try_into_stream().await?;
+    let mut rows = 0u64;
+    while let Some(batch) = stream.try_next().await? {
+        rows += batch.num_rows() as u64;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    emit(json!({
+        "benchmark": "scan_after_compaction",
+        "mode": mode_name(args),
+        "fragments": dataset.fragments().len(),
+        "rows": rows,
+        "scan_ms": elapsed * 1e3,
+        "rows_per_sec": rows as f64 / elapsed,
+        "peak_rss_bytes": peak_rss_bytes(),
     }));
     Ok(())
 }

@@ -303,4 +303,7 @@ pub struct CompactArgs {
     /// Leave indices untouched and record the rewrite in the FRI ledger.
     #[arg(long)]
     pub defer_index_remap: bool,
+    /// Always decode and re-encode rows, never copy encoded pages.
+    #[arg(long)]
+    pub no_binary_copy: bool,
 }

@@ -28,6 +28,7 @@ pub fn options_from_args(args: &CompactArgs) -> Result<CompactionOptions> {
     }
     options.materialize_deletions = !args.no_materialize_deletions;
     options.defer_index_remap = args.defer_index_remap;
+    options.binary_copy = !args.no_binary_copy;
     options.validate()?;
     Ok(options)
 }

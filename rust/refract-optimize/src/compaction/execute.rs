@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use super::binary_copy::try_copy_task;
 use super::plan::CompactionTask;
 
 /// A data file written by a task (serializable mirror of the table's `DataFile`).
@@ -56,6 +57,10 @@ pub struct RewriteResult {
     pub surviving_old_addresses: Vec<u8>,
     /// Rows read (live rows of the sources).
     pub rows_read: u64,
+    /// True when the outputs were made by copying the sources' encoded pages
+    /// rather than by decoding and re-encoding their rows.
+    #[serde(default)]
+    pub pages_copied: bool,
 }
 
 impl RewriteResult {
@@ -103,6 +108,20 @@ impl CompactionTask {
                 self.task_index
             )));
         }
+        if self.binary_copy {
+            let copy = try_copy_task(
+                &dataset,
+                &sources,
+                &self.plan.output_rows,
+                self.binary_copy_min_source_rows,
+            );
+            if let Some(copied) = copy.await? {
+                let mut result =
+                    self.result(&sources, copied.new_files, &copied.surviving, copied.rows_read)?;
+                result.pages_copied = true;
+                return Ok(result);
+            }
+        }
         // The sources are read once and replaced: no metadata caching, and
         // small files are fetched whole.
         let stream = dataset
@@ -122,6 +141,17 @@ impl CompactionTask {
         }
         let (surviving, rows_read) = reader.join().await?;
         let new_files = outputs.finish().await?;
+        self.result(&sources, new_files, &surviving, rows_read)
+    }
+
+    /// Packs what the task wrote into its serializable result.
+    fn result(
+        &self,
+        sources: &[Fragment],
+        new_files: Vec<WrittenFile>,
+        surviving: &RoaringTreemap,
+        rows_read: u64,
+    ) -> Result<RewriteResult> {
         let mut surviving_bytes = Vec::with_capacity(surviving.serialized_size());
         surviving
             .serialize_into(&mut surviving_bytes)
@@ -134,6 +164,7 @@ impl CompactionTask {
             new_files,
             surviving_old_addresses: surviving_bytes,
             rows_read,
+            pages_copied: false,
         })
     }
 

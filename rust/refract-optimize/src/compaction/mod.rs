@@ -13,6 +13,7 @@
 //! the execute-until-noop driver used by tests and benchmarks).
 
 pub mod balance;
+mod binary_copy;
 pub mod bins;
 pub mod budget;
 pub mod candidates;

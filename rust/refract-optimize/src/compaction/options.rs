@@ -10,6 +10,10 @@ pub const DEFAULT_MAX_ROWS_PER_GROUP: u64 = 1024;
 /// Default deleted fraction above which a fragment rewrites itself.
 pub const DEFAULT_MATERIALIZE_DELETIONS_THRESHOLD: f64 = 0.1;
 
+/// Default smallest source fragment whose pages are copied rather than
+/// re-encoded (about one full page of a narrow column).
+pub const DEFAULT_BINARY_COPY_MIN_SOURCE_ROWS: u64 = 65_536;
+
 /// Options of one compaction run. Validate with [`CompactionOptions::validate`];
 /// the planner does so itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,6 +43,16 @@ pub struct CompactionOptions {
     pub max_source_bytes: Option<u64>,
     /// Fragments that are never rewritten; they also break candidate runs.
     pub excluded_fragment_ids: Vec<u64>,
+    /// Join runs of fragments without deletions by copying their encoded
+    /// pages instead of decoding and re-encoding the rows (executor only; the
+    /// output keeps the sources' page sizes). Tasks that cannot be copied
+    /// (deletions, several data files per fragment, another file version or
+    /// schema) are re-encoded either way.
+    pub binary_copy: bool,
+    /// Pages are copied only when every source fragment has at least this
+    /// many rows: copying keeps page sizes, and a big file of the tiny pages
+    /// of many small fragments scans several times slower than a re-encoded one.
+    pub binary_copy_min_source_rows: u64,
 }
 
 impl Default for CompactionOptions {
@@ -56,6 +70,8 @@ impl Default for CompactionOptions {
             max_source_rows: None,
             max_source_bytes: None,
             excluded_fragment_ids: Vec::new(),
+            binary_copy: true,
+            binary_copy_min_source_rows: DEFAULT_BINARY_COPY_MIN_SOURCE_ROWS,
         }
     }
 }

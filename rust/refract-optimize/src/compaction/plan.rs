@@ -36,6 +36,14 @@ pub struct CompactionTask {
     pub plan: TaskPlan,
     /// Rows per read batch.
     pub batch_size: usize,
+    /// Copy encoded pages when the run allows it (see
+    /// [`CompactionOptions::binary_copy`]); plans written before the option
+    /// existed re-encode.
+    #[serde(default)]
+    pub binary_copy: bool,
+    /// Smallest source fragment whose pages are copied.
+    #[serde(default)]
+    pub binary_copy_min_source_rows: u64,
 }
 
 impl CompactionPlan {
@@ -66,6 +74,8 @@ pub fn plan_compaction(dataset: &Dataset, options: &CompactionOptions) -> Result
                 read_version: manifest.version,
                 plan,
                 batch_size,
+                binary_copy: options.binary_copy,
+                binary_copy_min_source_rows: options.binary_copy_min_source_rows,
             })
             .collect(),
     })

@@ -41,11 +41,11 @@ use super::paths::RelativePath;
 use super::store::DatasetStore;
 
 /// The Lance file format version Refract writes.
-const FILE_VERSION: ConcreteFileVersion = ConcreteFileVersion::V2_2;
+pub(crate) const FILE_VERSION: ConcreteFileVersion = ConcreteFileVersion::V2_2;
 /// Rows per batch for [`LanceFileReader::read_all`] and [`LanceFileReader::take`].
 const DEFAULT_BATCH_ROWS: u32 = 65_536;
 /// Size of the fixed Lance v2 footer; no valid file is shorter.
-const LANCE_FOOTER_LEN: u64 = 40;
+pub(crate) const LANCE_FOOTER_LEN: u64 = 40;
 /// Batches decoded ahead of the consumer.
 const BATCH_READAHEAD: u32 = 4;
 
@@ -97,7 +97,7 @@ fn caused_by_object_store(err: &(dyn StdError + 'static)) -> bool {
 /// Maps a Lance error raised while doing `action` on `path`. `undecodable_is_corrupt`
 /// marks failures that can only come from the file's bytes (opening a file
 /// decodes nothing but its footer and metadata).
-fn lance_error(
+pub(crate) fn lance_error(
     action: &str,
     path: &RelativePath,
     err: lance_core::Error,

@@ -3,6 +3,7 @@
 pub mod counting;
 pub mod deletion_file;
 pub mod fault;
+pub mod lance_concat;
 pub mod lance_files;
 pub mod paths;
 pub mod store;
@@ -10,6 +11,7 @@ pub mod store;
 pub use counting::{CountingStore, PrefixStats, RequestStats};
 pub use deletion_file::{read_deletion_file, write_deletion_file, DeletionFileRef};
 pub use fault::{is_injected_fault, CallKind, FaultInjectingStore, FaultMode, InjectedFault};
+pub use lance_concat::{concat_lance_files, ConcatInput, ConcatOutcome};
 pub use lance_files::{LanceFileReader, LanceFileSummary, LanceFileWriter};
 pub use paths::{data_file_path, deletion_file_path, index_dir, manifest_path, RelativePath};
 pub use store::{DatasetStore, ObjectInfo};

@@ -1,0 +1,153 @@
+//! Page-level concatenation of complete Lance files.
+//!
+//! Rows that are neither deleted nor reordered do not need to be decoded and
+//! encoded again to move into a bigger file: lance-file can copy each input's
+//! encoded pages as they are and regenerate only the column metadata and the
+//! footer. Compaction uses this for runs of fragments without deletions; this
+//! module speaks the dataset store's terms (relative paths, manifest sizes,
+//! Refract errors) around it.
+//!
+//! The output keeps the inputs' page sizes: concatenating many small files
+//! yields a big file of small pages.
+
+use std::sync::Arc;
+
+use arrow_schema::Schema as ArrowSchema;
+use lance_file::concat::{
+    concat_files, EncodedFileInput, FileConcatOptions, FileConcatResult, FileConcatTarget,
+};
+use lance_io::scheduler::{ScanScheduler, SchedulerConfig};
+use lance_io::traits::Writer;
+use lance_io::utils::CachedFileSize;
+use refract_core::{Error, Result};
+
+use super::lance_files::{
+    lance_error, LanceFileSummary, FILE_VERSION, LANCE_FOOTER_LEN, READ_BUFFER_BYTES,
+};
+use super::paths::RelativePath;
+use super::store::DatasetStore;
+
+/// One complete Lance file to concatenate, as the manifest records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConcatInput {
+    /// Path relative to the dataset root.
+    pub path: RelativePath,
+    /// File size in bytes (saves a HEAD request per input).
+    pub size_bytes: u64,
+    /// Rows the file must hold; a file with another count is an error.
+    pub num_rows: u64,
+}
+
+/// What [`concat_lance_files`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConcatOutcome {
+    /// The output file was written and holds the inputs' rows in order.
+    Written(LanceFileSummary),
+    /// The inputs cannot be joined page by page (the reason says why: another
+    /// file version, schema or column encoding, or fewer than two inputs).
+    /// Nothing was written; decode and re-encode instead.
+    Unsupported(String),
+}
+
+/// Writes `output` as the rows of `inputs`, in order, by copying their encoded
+/// pages (no decoding). `schema` is the schema every input must store.
+///
+/// Errors: `output` already exists → InvalidInput; a missing input → NotFound;
+/// an input whose bytes or row count do not match → Corrupt or InvalidInput;
+/// store failures → External. On error no file becomes visible at `output`.
+pub async fn concat_lance_files(
+    store: &DatasetStore,
+    inputs: &[ConcatInput],
+    schema: &ArrowSchema,
+    output: &RelativePath,
+) -> Result<ConcatOutcome> {
+    if inputs.len() < 2 {
+        return Ok(ConcatOutcome::Unsupported(format!(
+            "{} input file(s); page concatenation needs at least two",
+            inputs.len()
+        )));
+    }
+    ensure_absent(store, output).await?;
+    check_input_sizes(inputs)?;
+    let lance_schema = lance_core::datatypes::Schema::try_from(schema)
+        .map_err(|e| Error::invalid_input(format!("schema of Lance file {output}: {e}")))?;
+    let target = FileConcatTarget::new(FILE_VERSION, Arc::new(lance_schema));
+    let task = tokio::spawn(run_concat(store.clone(), inputs.to_vec(), target, output.clone()));
+    match task.await {
+        Ok(result) => result,
+        // Inputs are files of this dataset, but a panic on crafted bytes must
+        // still surface as an error, not unwind through the caller.
+        Err(join) if join.is_panic() => Err(Error::corrupt(
+            format!("Lance files concatenated into {output}"),
+            "the Lance page copier panicked",
+        )),
+        Err(join) => Err(Error::external(
+            format!("concatenating Lance files into {output}"),
+            join,
+        )),
+    }
+}
+
+/// Refuses to overwrite: data paths are immutable (Lance caches metadata by path).
+async fn ensure_absent(store: &DatasetStore, output: &RelativePath) -> Result<()> {
+    match store.head(output).await {
+        Ok(_) => Err(Error::invalid_input(format!(
+            "Lance file {output} already exists; file paths must be unique"
+        ))),
+        Err(Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// lance-io cannot read anything shorter than the fixed footer.
+fn check_input_sizes(inputs: &[ConcatInput]) -> Result<()> {
+    match inputs.iter().find(|input| input.size_bytes < LANCE_FOOTER_LEN) {
+        Some(input) => Err(Error::corrupt(
+            format!("Lance file {}", input.path),
+            format!(
+                "{} bytes is shorter than the {LANCE_FOOTER_LEN}-byte footer",
+                input.size_bytes
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+async fn run_concat(
+    store: DatasetStore,
+    inputs: Vec<ConcatInput>,
+    target: FileConcatTarget,
+    output: RelativePath,
+) -> Result<ConcatOutcome> {
+    let lance_store = store.lance_store().clone();
+    let scheduler = ScanScheduler::new(lance_store.clone(), SchedulerConfig::new(READ_BUFFER_BYTES));
+    let mut encoded = Vec::with_capacity(inputs.len());
+    for input in &inputs {
+        let file = scheduler
+            .open_file(
+                &input.path.to_object_path(),
+                &CachedFileSize::new(input.size_bytes),
+            )
+            .await
+            .map_err(|e| lance_error("opening", &input.path, e, false))?;
+        encoded.push(EncodedFileInput::new(file).with_expected_num_rows(input.num_rows));
+    }
+    let object_path = output.to_object_path();
+    let factory = move || async move {
+        let writer: Box<dyn Writer> = lance_store.create(&object_path).await?;
+        Ok::<_, lance_core::Error>(writer)
+    };
+    let result = concat_files(&target, &encoded, factory, FileConcatOptions::default())
+        .await
+        .map_err(|e| lance_error("concatenating into", &output, e, true))?;
+    Ok(match result {
+        FileConcatResult::Written(written) => ConcatOutcome::Written(LanceFileSummary {
+            num_rows: written.num_rows,
+            size_bytes: written.size_bytes,
+        }),
+        FileConcatResult::Reused(index, _) => ConcatOutcome::Unsupported(format!(
+            "input {index} already is the whole output"
+        )),
+        FileConcatResult::Unsupported(reason) => ConcatOutcome::Unsupported(reason.to_string()),
+    })
+}
