@@ -19,6 +19,7 @@ use arrow_schema::{DataType, Schema as ArrowSchema};
 use bytes::Bytes;
 use futures::TryStreamExt;
 use lance_core::cache::LanceCache;
+use lance_core::deepsize::DeepSizeOf;
 use lance_encoding::decoder::{DecoderPlugins, FilterExpression};
 use lance_file::reader::{FileReader, FileReaderOptions, ReaderProjection};
 use lance_file::{versions, LanceEncodingsIo};
@@ -122,9 +123,11 @@ impl RowMapFile {
         self.reader.num_rows()
     }
 
-    /// Bytes held (page table; the decoded Lance metadata is small and fixed).
+    /// Bytes held: the page table and the decoded Lance metadata.
     pub fn deep_size_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.pages.capacity() * std::mem::size_of::<PageSpan>()
+        std::mem::size_of::<Self>()
+            + self.pages.capacity() * std::mem::size_of::<PageSpan>()
+            + self.reader.metadata().deep_size_of()
     }
 
     /// The byte hull of every page buffer holding a row of `rows`; `None`
@@ -320,14 +323,7 @@ async fn decode_metadata(
     spans: Vec<Span>,
 ) -> Result<OpenedFile> {
     let object_path = path.to_object_path();
-    let size_usize =
-        usize::try_from(size).map_err(|_| corrupt(&path, format!("{size} bytes exceeds usize")))?;
-    let fallback: Arc<dyn Reader> = store
-        .lance_store()
-        .open_with_size(&object_path, size_usize)
-        .await
-        .map_err(|e| lance_error("opening", &path, e))?
-        .into();
+    let fallback = store_reader(&store, &path, size).await?;
     let scheduler = ScanScheduler::new(
         store.lance_store().clone(),
         SchedulerConfig::new(READ_BUFFER_BYTES),
@@ -366,6 +362,22 @@ async fn decode_metadata(
         },
         counts,
     })
+}
+
+/// Lance's reader of the file in the store (every read a counted request).
+async fn store_reader(
+    store: &DatasetStore,
+    path: &RelativePath,
+    size: u64,
+) -> Result<Arc<dyn Reader>> {
+    let size =
+        usize::try_from(size).map_err(|_| corrupt(path, format!("{size} bytes exceeds usize")))?;
+    let reader = store
+        .lance_store()
+        .open_with_size(&path.to_object_path(), size)
+        .await
+        .map_err(|e| lance_error("opening", path, e))?;
+    Ok(reader.into())
 }
 
 /// The projection of the label column, which must be UInt16.
