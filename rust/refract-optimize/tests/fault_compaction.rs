@@ -65,6 +65,31 @@ fn small_fragments(with_index: bool) -> SetupFn {
     })
 }
 
+/// 60 rows in six fragments of 10 without deletions and a btree on `id`: the
+/// run is joined by copying pages when the copy threshold allows it.
+fn clean_fragments() -> SetupFn {
+    Arc::new(|rig: FaultRig| {
+        async move {
+            let mut dataset = rig.create_sample().await?;
+            dataset
+                .append(vec![sample_rows(0, 60)], &per_file(10))
+                .await?;
+            create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default()).await?;
+            Ok(())
+        }
+        .boxed_local()
+    })
+}
+
+/// Options that copy pages of any source size.
+fn copy_options() -> CompactionOptions {
+    CompactionOptions {
+        target_rows_per_fragment: 30,
+        binary_copy_min_source_rows: 0,
+        ..options(false, None)
+    }
+}
+
 /// [`small_fragments`] with an index built before a further append, so some
 /// fragments are not covered.
 fn partly_indexed() -> SetupFn {
@@ -220,6 +245,18 @@ fn assert_covered(report: &FaultMatrixReport) {
     "distributed deferred",
     small_fragments(true),
     distributed(options(true, None)),
+    index_equals_scan()
+)]
+#[case::compact_page_copy(
+    "compact by page copy + index",
+    clean_fragments(),
+    compact(copy_options()),
+    index_equals_scan()
+)]
+#[case::distributed_page_copy(
+    "distributed page copy",
+    clean_fragments(),
+    distributed(copy_options()),
     index_equals_scan()
 )]
 #[case::create_index(
