@@ -189,14 +189,18 @@ async fn fixture_with(place: Place, layout: Layout) -> Fixture {
     }
 }
 
-async fn open(f: &Fixture, cache: &ByteWeightedCache, mode: ChunkCacheMode) -> RowMapReader {
-    let sources: Vec<RowMapSource> = SOURCES
+fn sources() -> Vec<RowMapSource> {
+    SOURCES
         .iter()
         .map(|(fragment_id, physical_rows)| RowMapSource {
             fragment_id: *fragment_id,
             physical_rows: *physical_rows,
         })
-        .collect();
+        .collect()
+}
+
+async fn open(f: &Fixture, cache: &ByteWeightedCache, mode: ChunkCacheMode) -> RowMapReader {
+    let sources = sources();
     RowMapReader::open(
         &f.store,
         &f.map_id,
@@ -363,6 +367,72 @@ async fn chunk_and_block_reads_fetch_only_their_pages() {
         "short chunk {short_chunk}, block {block}, full chunk {full_chunk}"
     );
     assert!(full_chunk < f.size, "{full_chunk} of {}", f.size);
+}
+
+/// A counts matrix larger than the largest opening tail read (65,535
+/// destinations × 34 rows × 8 bytes ≈ 17.8 MB > 16 MiB): opening costs
+/// exactly one more ranged GET, for everything before the tail, and
+/// translation still matches the reference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_beyond_the_largest_tail_costs_one_more_request() {
+    let (store, _dir) = store_at(Place::LocalDir).await;
+    let map_id = Uuid::new_v4();
+    let width = u32::from(u16::MAX);
+    let mut writer = RowMapWriter::create(&store, &map_id, width).await.unwrap();
+    let labels: Vec<Option<u16>> = source_labels().concat();
+    for piece in labels.chunks(100_003) {
+        writer
+            .push(UInt16Array::from(piece.to_vec()))
+            .await
+            .unwrap();
+    }
+    let written = writer.finish().await.unwrap();
+    let destinations: Vec<(u64, u64)> = written
+        .destination_rows
+        .iter()
+        .enumerate()
+        .map(|(d, rows)| (100 + d as u64, *rows))
+        .collect();
+    let cache = ByteWeightedCache::new(256 << 20);
+    store.reset_stats();
+    let reader = RowMapReader::open(
+        &store,
+        &map_id,
+        written.size_bytes,
+        [9u8; 32],
+        &sources(),
+        &destinations,
+        &cache,
+        ChunkCacheMode::Lazy,
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.stats().requests_under("_fri"), 2, "tail + the rest");
+    let mut seen = vec![0u64; destinations.len()];
+    let mut expected = Vec::with_capacity(labels.len());
+    for l in &labels {
+        expected.push(l.map(|d| {
+            let at = seen[usize::from(d)];
+            seen[usize::from(d)] += 1;
+            RowAddress::new(100 + u32::from(d), at as u32).0
+        }));
+    }
+    let global = |row: usize| {
+        let mut rest = row as u64;
+        for (fragment, rows) in SOURCES {
+            if rest < rows {
+                return RowAddress::new(fragment as u32, rest as u32).0;
+            }
+            rest -= rows;
+        }
+        unreachable!("row {row} is beyond the sources")
+    };
+    store.reset_stats();
+    for row in [0usize, 65_536, 1_500_000, 2_099_999] {
+        let got = translate(&reader, &[global(row)]).await;
+        assert_eq!(got, vec![expected[row]], "row {row}");
+    }
+    assert_eq!(store.stats().requests_under("_fri"), 2, "one GET per chunk");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

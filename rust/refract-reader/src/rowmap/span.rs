@@ -11,7 +11,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use lance_core::deepsize::{Context, DeepSizeOf};
@@ -49,15 +49,31 @@ pub struct SpanReader {
 
 impl SpanReader {
     /// A reader serving `spans` before `fallback`.
-    pub fn new(spans: Vec<Span>, fallback: Arc<dyn Reader>) -> Self {
+    pub fn new(mut spans: Vec<Span>, fallback: Arc<dyn Reader>) -> Self {
+        spans.sort_by_key(|span| span.start);
         Self {
             spans: spans.into(),
             fallback,
         }
     }
 
+    /// The bytes of `range` from one span, or copied from adjacent spans
+    /// that together hold it (a buffer straddling the opening tail's start).
     fn find(&self, range: &Range<u64>) -> Option<Bytes> {
-        self.spans.iter().find_map(|span| span.slice(range))
+        if let Some(bytes) = self.spans.iter().find_map(|span| span.slice(range)) {
+            return Some(bytes);
+        }
+        let mut out = BytesMut::new();
+        let mut at = range.start;
+        for span in self.spans.iter() {
+            let end = span.start + span.bytes.len() as u64;
+            if at >= range.end || span.start > at || end <= at {
+                continue;
+            }
+            out.extend_from_slice(&span.slice(&(at..end.min(range.end)))?);
+            at = end.min(range.end);
+        }
+        (at >= range.end && range.start < range.end).then(|| out.freeze())
     }
 }
 
@@ -112,5 +128,74 @@ mod tests {
         assert_eq!(span.slice(&(106..106)).as_deref(), Some(&b""[..]));
         assert_eq!(span.slice(&(99..101)), None);
         assert_eq!(span.slice(&(105..107)), None);
+    }
+
+    #[derive(Debug)]
+    struct NoFallback;
+
+    impl DeepSizeOf for NoFallback {
+        fn deep_size_of_children(&self, _context: &mut Context) -> usize {
+            0
+        }
+    }
+
+    fn reader(spans: Vec<Span>) -> SpanReader {
+        let fallback: Arc<dyn Reader> = Arc::new(NoFallback);
+        SpanReader::new(spans, fallback)
+    }
+
+    impl Reader for NoFallback {
+        fn path(&self) -> &Path {
+            unreachable!("never asked")
+        }
+        fn block_size(&self) -> usize {
+            4_096
+        }
+        fn io_parallelism(&self) -> usize {
+            1
+        }
+        fn size(&self) -> BoxFuture<'_, object_store::Result<usize>> {
+            futures::future::ready(Ok(0)).boxed()
+        }
+        fn get_range(&self, _: Range<usize>) -> BoxFuture<'static, object_store::Result<Bytes>> {
+            unreachable!("the spans should have served this read")
+        }
+        fn get_all(&self) -> BoxFuture<'_, object_store::Result<Bytes>> {
+            unreachable!("never asked")
+        }
+    }
+
+    #[test]
+    fn a_range_across_adjacent_spans_is_assembled() {
+        let r = reader(vec![
+            Span {
+                start: 10,
+                bytes: Bytes::from_static(b"klmn"),
+            },
+            Span {
+                start: 4,
+                bytes: Bytes::from_static(b"efghij"),
+            },
+        ]);
+        assert_eq!(r.find(&(5..12)).as_deref(), Some(&b"fghijkl"[..]));
+        assert_eq!(r.find(&(4..14)).as_deref(), Some(&b"efghijklmn"[..]));
+        assert_eq!(r.find(&(11..13)).as_deref(), Some(&b"lm"[..]));
+        assert_eq!(r.find(&(3..6)), None, "starts before every span");
+        assert_eq!(r.find(&(12..15)), None, "ends after every span");
+    }
+
+    #[test]
+    fn a_gap_between_spans_is_not_papered_over() {
+        let r = reader(vec![
+            Span {
+                start: 0,
+                bytes: Bytes::from_static(b"ab"),
+            },
+            Span {
+                start: 3,
+                bytes: Bytes::from_static(b"de"),
+            },
+        ]);
+        assert_eq!(r.find(&(1..4)), None);
     }
 }
