@@ -6,6 +6,11 @@
 //! per destination) in the file's global buffer turns a label into a destination
 //! offset without reading any other block. See `counts.rs` for the matrix.
 //!
+//! Reading costs few requests (see `file.rs`): opening reads one tail of the
+//! file holding the metadata and the counts (two GETs at most), and loading a
+//! label chunk — or, with the chunk cache disabled, a block — is one ranged GET
+//! of the pages it needs, which the writer lays out one per block.
+//!
 //! The writer lives here too so the format has one owner; `partition_fragments`
 //! (refract-optimize) calls it.
 
