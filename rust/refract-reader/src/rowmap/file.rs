@@ -346,7 +346,7 @@ async fn decode_metadata(
     let schema = ArrowSchema::from(reader.schema().as_ref());
     let projection = label_projection(&reader, &schema, &path)?;
     let counts = read_counts_buffer(&reader, &schema, &path).await?;
-    let pages = page_spans(&reader, &projection, &path)?;
+    let pages = page_spans(&reader, &projection, &path, size)?;
     // From here on reads go to the store (through per-read spans): the
     // opening spans are dropped with the scheduler that held them.
     let plain = LanceEncodingsIo::new(scheduler.open_reader(fallback.clone()));
@@ -425,11 +425,13 @@ async fn read_counts_buffer(
         .map_err(|e| lance_error("reading the counts buffer of", path, e))
 }
 
-/// Rows and byte hull of each page of the projected label column.
+/// Rows and byte hull of each page of the projected label column, whose
+/// buffers must lie inside the file's `size` bytes.
 fn page_spans(
     reader: &FileReader,
     projection: &ReaderProjection,
     path: &RelativePath,
+    size: u64,
 ) -> Result<Vec<PageSpan>> {
     let column = projection
         .column_indices
@@ -442,30 +444,39 @@ fn page_spans(
         let end_row = first_row
             .checked_add(page.num_rows)
             .ok_or_else(|| corrupt(path, "page row counts overflow"))?;
-        let bytes = page
-            .buffer_offsets_and_sizes
-            .iter()
-            .filter(|(_, len)| *len > 0)
-            .map(|(offset, len)| {
-                offset
-                    .checked_add(*len)
-                    .map(|end| *offset..end)
-                    .ok_or_else(|| corrupt(path, "page buffer range overflows"))
-            })
-            .try_fold(None::<Range<u64>>, |hull, range| {
-                let range = range?;
-                Ok::<_, Error>(Some(match hull {
-                    Some(h) => h.start.min(range.start)..h.end.max(range.end),
-                    None => range,
-                }))
-            })?;
         pages.push(PageSpan {
             rows: first_row..end_row,
-            bytes,
+            bytes: buffer_hull(&page.buffer_offsets_and_sizes, path, size)?,
         });
         first_row = end_row;
     }
     Ok(pages)
+}
+
+/// The smallest byte range holding every non-empty buffer of a page; `None`
+/// when it has none. A buffer beyond the file's end is Corrupt.
+fn buffer_hull(
+    buffers: &[(u64, u64)],
+    path: &RelativePath,
+    size: u64,
+) -> Result<Option<Range<u64>>> {
+    let mut hull: Option<Range<u64>> = None;
+    for (offset, len) in buffers.iter().filter(|(_, len)| *len > 0) {
+        let end = offset
+            .checked_add(*len)
+            .filter(|end| *end <= size)
+            .ok_or_else(|| {
+                corrupt(
+                    path,
+                    format!("a page buffer of {len} bytes at {offset} ends past the file's {size} bytes"),
+                )
+            })?;
+        hull = Some(match hull {
+            Some(h) => h.start.min(*offset)..h.end.max(end),
+            None => *offset..end,
+        });
+    }
+    Ok(hull)
 }
 
 fn corrupt(path: &RelativePath, message: impl Into<String>) -> Error {
@@ -550,6 +561,25 @@ mod tests {
     #[test]
     fn missing_metadata_and_counts_are_fetched_as_one_span() {
         assert_eq!(plan(500, 9_100, 8_500..9_000), Some(8_500..9_500));
+    }
+
+    #[test]
+    fn page_hulls_cover_every_buffer_inside_the_file() {
+        let path = RelativePath::parse("_fri/x/stable_partition.lance").unwrap();
+        let hull = |buffers: &[(u64, u64)]| buffer_hull(buffers, &path, 1_000);
+        assert_eq!(hull(&[(100, 20), (300, 50)]).unwrap(), Some(100..350));
+        assert_eq!(
+            hull(&[(300, 50), (0, 0), (120, 5)]).unwrap(),
+            Some(120..350)
+        );
+        assert_eq!(hull(&[(500, 0)]).unwrap(), None);
+        assert_eq!(hull(&[]).unwrap(), None);
+        for bad in [(990, 20), (u64::MAX, 2)] {
+            assert!(
+                matches!(hull(&[bad]), Err(Error::Corrupt { .. })),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
