@@ -1,17 +1,19 @@
 //! Streaming bitmap remap: postings are read a few rows at a time and each
-//! posting's addresses are translated in slices of at most
-//! [`MAX_TRANSLATION_BATCH`], so a dense posting (millions of rows compressed
-//! into a few KiB) never expands into a row-count-sized buffer.
+//! posting's addresses are translated in ascending slices of at most
+//! [`MAX_TRANSLATION_BATCH`](crate::types::MAX_TRANSLATION_BATCH), so a dense
+//! posting (millions of rows compressed into a few KiB) never expands into a
+//! row-count-sized buffer. Every row sits in exactly one posting, so each
+//! address is translated once without a memo.
 
 use futures::TryStreamExt;
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
-use roaring::RoaringTreemap;
 
 use super::reader::{check_schema, decode_postings};
 use super::{BitmapDetails, BitmapWriter, BITMAP_FILE, ROWS_PER_BATCH, VALUE_COLUMN};
 use crate::keys::KeyColumn;
-use crate::types::{IndexContext, Translator, MAX_TRANSLATION_BATCH};
+use crate::posting::{translate_posting, TranslateScratch};
+use crate::types::{IndexContext, Translator};
 
 /// Rewrites the bitmap segment at `old_dir` into `new_dir` through `translator`.
 pub(crate) async fn remap(
@@ -41,45 +43,16 @@ pub(crate) async fn remap(
     let mut stream = file
         .read_range(0..file.num_rows(), None, ROWS_PER_BATCH as u32)
         .await?;
-    let mut slice = Vec::with_capacity(MAX_TRANSLATION_BATCH);
-    let mut out = Vec::with_capacity(MAX_TRANSLATION_BATCH);
+    let mut scratch = TranslateScratch::default();
     while let Some(batch) = stream.try_next().await? {
         let values = batch
             .column_by_name(VALUE_COLUMN)
             .ok_or_else(|| Error::corrupt("bitmap index", "missing value column"))?;
         let keys = KeyColumn::new(values)?;
         for (i, old) in decode_postings(&batch)?.into_iter().enumerate() {
-            let new = translate_posting(&old, translator, &mut slice, &mut out)?;
+            let new = translate_posting(&old, translator, &mut scratch)?;
             writer.push(keys.key_at(i), &new).await?;
         }
     }
     writer.finish().await
-}
-
-/// Translates one posting in bounded slices; gone rows are dropped.
-pub(crate) fn translate_posting(
-    old: &RoaringTreemap,
-    translator: &dyn Translator,
-    slice: &mut Vec<u64>,
-    out: &mut Vec<Option<u64>>,
-) -> Result<RoaringTreemap> {
-    let mut new = RoaringTreemap::new();
-    let mut addrs = old.iter();
-    loop {
-        slice.clear();
-        slice.extend(addrs.by_ref().take(MAX_TRANSLATION_BATCH));
-        if slice.is_empty() {
-            return Ok(new);
-        }
-        out.clear();
-        translator.translate(slice, out)?;
-        if out.len() != slice.len() {
-            return Err(Error::invalid_input(format!(
-                "translator returned {} results for {} addresses",
-                out.len(),
-                slice.len()
-            )));
-        }
-        new.extend(out.iter().flatten().copied());
-    }
 }

@@ -6,10 +6,14 @@
 //! of the needle's trigrams and returns [`SearchResult::Candidates`]; the query
 //! layer rechecks them. Needles under three characters are not answered.
 //!
-//! Remap streams the file posting by posting and translates each posting in
-//! slices of at most [`MAX_TRANSLATION_BATCH`] addresses, so a dense posting
-//! (millions of rows compressed into a few kilobytes) never expands into a
-//! per-row vector or map.
+//! Remap streams the file posting by posting. A row sits in one posting per
+//! trigram of its value, so stored addresses go through a
+//! [`TranslationMemo`](crate::posting::TranslationMemo): each is translated
+//! once, in ascending batches of at most
+//! [`MAX_TRANSLATION_BATCH`](super::MAX_TRANSLATION_BATCH) addresses,
+//! and later postings look the result up in a dense per-fragment table
+//! (8 bytes per stored row, no hash map). A posting is never expanded into a
+//! per-row vector; outputs are assembled by appends.
 
 pub mod posting;
 pub mod storage;
@@ -31,9 +35,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     IndexContext, IndexParams, IndexQuery, IndexSegmentReader, IndexType, SearchResult, Translator,
-    MAX_TRANSLATION_BATCH,
 };
-use posting::{intersect_all, remap_posting, PostingBuilder};
+use crate::posting::TranslationMemo;
+use posting::{intersect_all, PostingBuilder};
 use storage::{decode_posting, posting_column, postings_path, trigram_column, PostingsWriter};
 use trigram::{needle_is_indexable, trigrams, Trigram};
 
@@ -192,6 +196,8 @@ impl IndexType for NgramIndex {
         let reader = open_postings(ctx, old_dir, &details).await?;
         let mut writer = PostingsWriter::create(&ctx.store, new_dir).await?;
         let mut seen = 0u64;
+        // A row sits in one posting per trigram of its value: translate it once.
+        let mut memo = TranslationMemo::new();
         let mut batches = if reader.num_rows() == 0 {
             futures::stream::empty().boxed()
         } else {
@@ -204,9 +210,8 @@ impl IndexType for NgramIndex {
             let postings = posting_column(&batch)?;
             for (row, trigram) in trigram_values.values().iter().enumerate() {
                 let posting = decode_posting(postings, row)?;
-                let remapped = remap_posting(&posting, MAX_TRANSLATION_BATCH, |slice, out| {
-                    translator.translate(slice, out)
-                })?;
+                let mut remapped = memo.remap(&posting, translator)?;
+                remapped.optimize();
                 // `push` skips postings whose rows were all deleted and
                 // rejects out-of-order trigrams (a corrupt source file).
                 writer

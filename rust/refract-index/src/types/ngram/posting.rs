@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use refract_core::{Error, Result};
 use roaring::RoaringTreemap;
 
+use crate::posting::TreemapAssembler;
+
 use super::trigram::{trigrams, Trigram};
 
 /// The largest slice of addresses handed to a translator in one call.
@@ -104,8 +106,9 @@ where
     let slice_len = max_slice.clamp(1, MAX_TRANSLATION_BATCH);
     let mut input: Vec<u64> = Vec::with_capacity(slice_len.min(posting.len() as usize));
     let mut output: Vec<Option<u64>> = Vec::with_capacity(input.capacity());
-    let mut survivors: Vec<u64> = Vec::with_capacity(input.capacity());
-    let mut remapped = RoaringTreemap::new();
+    // Translation may reorder addresses; the assembler appends what comes in
+    // ascending order per fragment and inserts the rest.
+    let mut assembler = TreemapAssembler::new();
     let mut addrs = posting.iter();
     loop {
         input.clear();
@@ -122,17 +125,11 @@ where
                 input.len()
             )));
         }
-        survivors.clear();
-        survivors.extend(output.iter().flatten().copied());
-        // Translation may reorder addresses; sorting the bounded slice lets
-        // the treemap be built by appends instead of random inserts.
-        survivors.sort_unstable();
-        survivors.dedup();
-        // `survivors` is sorted and deduplicated, so this cannot fail.
-        let slice = RoaringTreemap::from_sorted_iter(survivors.iter().copied())
-            .map_err(|e| Error::invalid_input(format!("unsorted translated addresses: {e}")))?;
-        remapped |= slice;
+        for new in output.iter().flatten() {
+            assembler.push(*new);
+        }
     }
+    let mut remapped = assembler.finish();
     remapped.optimize();
     Ok(remapped)
 }
