@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 use refract_core::{ByteWeightedCache, Error, Result};
 use refract_index::types::ivf_flat::kmeans::SplitMix64;
-use refract_index::types::ivf_flat::layout::vectors_path;
+use refract_index::types::ivf_flat::layout::{addresses_path, vectors_path};
 use refract_index::types::ivf_flat::{distance, IvfFlatIndex, IvfFlatSegment};
 use refract_index::types::{
     IndexContext, IndexParams, IndexQuery, IndexSegmentReader, IndexType, Metric, SearchResult,
@@ -278,7 +278,9 @@ impl<F: Fn(u64) -> Option<u64> + Send + Sync> Translator for CountingTranslator<
     }
 }
 
-/// Fragment 0 is compacted into fragment 9 without every fourth row; fragment 1 stays.
+/// Fragment 0 is compacted into fragment 9 without every fourth row (750 of
+/// the 6,000 indexed rows: exactly 1/8, so the remap keeps tombstones and
+/// copies the vectors file); fragment 1 stays.
 fn compaction(addr: u64) -> Option<u64> {
     match addr >> 32 {
         0 if addr.is_multiple_of(4) => None,
@@ -287,11 +289,27 @@ fn compaction(addr: u64) -> Option<u64> {
     }
 }
 
+/// Like [`compaction`] without every second row of fragment 0 (1,500 rows,
+/// over 1/8: the remap rewrites both files without them).
+fn heavy_compaction(addr: u64) -> Option<u64> {
+    match addr >> 32 {
+        0 if addr.is_multiple_of(2) => None,
+        0 => Some((9 << 32) | (addr / 2)),
+        _ => Some(addr),
+    }
+}
+
 #[rstest]
-#[case::l2(Metric::L2)]
-#[case::cosine(Metric::Cosine)]
+#[case::l2_tombstones(Metric::L2, compaction, false)]
+#[case::cosine_tombstones(Metric::Cosine, compaction, false)]
+#[case::l2_rewrite(Metric::L2, heavy_compaction, true)]
+#[case::cosine_rewrite(Metric::Cosine, heavy_compaction, true)]
 #[tokio::test]
-async fn remap_keeps_partitions_and_equals_translated_search(#[case] metric: Metric) {
+async fn remap_keeps_partitions_and_equals_translated_search(
+    #[case] metric: Metric,
+    #[case] compaction: fn(u64) -> Option<u64>,
+    #[case] rewrites: bool,
+) {
     let data = Dataset::clustered(6_000, 16, 20, 11);
     let ctx = context("remap").await;
     let (old, new) = (dir("old"), dir("new"));
@@ -306,18 +324,29 @@ async fn remap_keeps_partitions_and_equals_translated_search(#[case] metric: Met
     let after = IvfFlatSegment::open(&ctx, &new, &new_details)
         .await
         .unwrap();
-    // Never retrained: same centroids; sizes shrink by exactly the dropped rows.
+    // Never retrained: same centroids.
     assert_eq!(after.layout().centroids, before.layout().centroids);
     let survivors = data
         .addrs
         .iter()
         .filter(|a| compaction(**a).is_some())
         .count() as u64;
-    assert_eq!(after.layout().rows(), survivors);
-    for p in 0..before.layout().partitions() {
-        assert!(after.layout().lengths[p] <= before.layout().lengths[p]);
+    let old_vectors = ctx.store.get(&vectors_path(&old).unwrap()).await.unwrap();
+    let new_vectors = ctx.store.get(&vectors_path(&new).unwrap()).await.unwrap();
+    if rewrites {
+        // Sizes shrink by exactly the dropped rows.
+        assert_eq!(after.layout().rows(), survivors);
+        assert_ne!(new_vectors, old_vectors);
+        for p in 0..before.layout().partitions() {
+            assert!(after.layout().lengths[p] <= before.layout().lengths[p]);
+        }
+    } else {
+        // The vectors file is the old one, byte for byte; gone rows are tombstones.
+        assert_eq!(new_vectors, old_vectors);
+        assert_eq!(after.layout(), before.layout());
+        assert_eq!(after.layout().rows(), data.addrs.len() as u64);
     }
-    // The remapped file holds exactly the translated survivors.
+    // The remapped segment holds exactly the translated survivors.
     let expected: RoaringTreemap = data.addrs.iter().filter_map(|a| compaction(*a)).collect();
     assert_eq!(after.stored_addresses().await.unwrap(), expected);
 
@@ -525,4 +554,37 @@ async fn corrupt_files_and_details_are_corrupt_errors() {
             .remap(&ctx, &at, &details, &dir("c"), &translator)
             .await,
     );
+}
+
+#[tokio::test]
+async fn missing_truncated_or_mismatched_addresses_are_errors() {
+    let data = Dataset::clustered(500, 8, 4, 5);
+    let ctx = context("addresses").await;
+    let at = dir("a");
+    let details = build(&ctx, &at, data.all_batches(), &params(4, Metric::L2)).await;
+    let path = addresses_path(&at).unwrap();
+    let good = ctx.store.get(&path).await.unwrap();
+
+    ctx.store.delete(&path).await.unwrap();
+    assert!(matches!(
+        IvfFlatIndex.open(&ctx, &at, &details).await,
+        Err(Error::NotFound { .. })
+    ));
+    ctx.store
+        .put(&path, good.slice(..good.len() / 2))
+        .await
+        .unwrap();
+    assert_corrupt(IvfFlatIndex.open(&ctx, &at, &details).await);
+
+    // An addresses file of another segment with fewer rows.
+    let other = dir("other");
+    let small = Dataset::clustered(400, 8, 4, 5);
+    build(&ctx, &other, small.all_batches(), &params(4, Metric::L2)).await;
+    let fewer = ctx
+        .store
+        .get(&addresses_path(&other).unwrap())
+        .await
+        .unwrap();
+    ctx.store.put(&path, fewer).await.unwrap();
+    assert_corrupt(IvfFlatIndex.open(&ctx, &at, &details).await);
 }

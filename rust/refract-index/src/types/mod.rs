@@ -24,6 +24,7 @@ use refract_table::predicate::Literal;
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod addresses;
 pub mod bitmap;
 pub mod btree;
 pub mod ivf_flat;

@@ -2,7 +2,7 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, UInt64Type};
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, RecordBatch, UInt64Array};
 use arrow_schema::DataType;
 use refract_core::{Error, Result};
 
@@ -219,22 +219,23 @@ impl PartitionPlan {
         }
     }
 
-    /// The file batches, at most [`WRITE_BATCH_ROWS`] rows each, built lazily.
+    /// The file batches, at most [`WRITE_BATCH_ROWS`] rows each, built lazily:
+    /// the vectors-file batch and the matching addresses.
     pub fn batches<'a>(
         &'a self,
         vectors: &'a CollectedVectors,
-    ) -> impl Iterator<Item = Result<RecordBatch>> + 'a {
+    ) -> impl Iterator<Item = Result<(RecordBatch, UInt64Array)>> + 'a {
         let dim = self.layout.dim;
         self.order.chunks(WRITE_BATCH_ROWS).map(move |chunk| {
             // Every index in `order` is a collected row, so these lookups hold.
             let parts = chunk.iter().map(|r| self.assignment[*r]).collect();
-            let addrs = chunk.iter().map(|r| vectors.addrs[*r]).collect();
+            let addrs: UInt64Array = chunk.iter().map(|r| vectors.addrs[*r]).collect();
             let values = chunk
                 .iter()
                 .flat_map(|r| &vectors.values[r * dim..(r + 1) * dim])
                 .copied()
                 .collect();
-            vectors_batch(dim, parts, addrs, values)
+            Ok((vectors_batch(dim, parts, values)?, addrs))
         })
     }
 }

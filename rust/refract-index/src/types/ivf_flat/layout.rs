@@ -1,7 +1,9 @@
-//! The ivf_flat segment file: `ivf.lance` with rows `(partition: UInt32,
-//! _rowaddr: UInt64, vector: FixedSizeList<Float32, dim>)` sorted by partition,
-//! and one global buffer holding the centroids and the per-partition row counts
-//! (so partition `p` is the row range `offsets[p]..offsets[p + 1]`).
+//! The ivf_flat segment files: `ivf.lance` with rows `(partition: UInt32,
+//! vector: FixedSizeList<Float32, dim>)` sorted by partition, and one global
+//! buffer holding the centroids and the per-partition row counts (so partition
+//! `p` is the row range `offsets[p]..offsets[p + 1]`); and `addresses.lance`
+//! (see [`crate::types::addresses`]) whose row `i` is the row address of
+//! vector `i`, null when that row is gone (a tombstone).
 //!
 //! Buffer layout, little endian: magic `RIVF`, version u32, dim u32,
 //! partitions u32, `partitions × dim` f32 centroids, `partitions` u64 lengths.
@@ -10,20 +12,20 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float32Type, UInt32Type, UInt64Type};
-use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch, UInt32Array, UInt64Array};
+use arrow_array::types::{Float32Type, UInt32Type};
+use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use bytes::{BufMut, Bytes, BytesMut};
 use refract_core::{Error, Result};
 
 use refract_table::io::RelativePath;
 
+pub use crate::types::addresses::ADDRESSES_FILE;
+
 /// File name of the partitioned vectors file inside a segment directory.
 pub const VECTORS_FILE: &str = "ivf.lance";
 /// Partition id column.
 pub const PARTITION_COLUMN: &str = "partition";
-/// Stored row-address column.
-pub const ADDR_COLUMN: &str = "_rowaddr";
 /// Vector column.
 pub const VECTOR_COLUMN: &str = "vector";
 /// Schema metadata key naming the global buffer that holds the [`IvfLayout`].
@@ -42,6 +44,11 @@ pub fn vectors_path(dir: &RelativePath) -> Result<RelativePath> {
     dir.join(VECTORS_FILE)
 }
 
+/// The addresses file of the segment at `dir`.
+pub fn addresses_path(dir: &RelativePath) -> Result<RelativePath> {
+    dir.join(ADDRESSES_FILE)
+}
+
 /// The item field of the vector column.
 fn item_field() -> Arc<Field> {
     Arc::new(Field::new("item", DataType::Float32, true))
@@ -53,7 +60,6 @@ pub fn vectors_schema(dim: usize) -> Result<SchemaRef> {
         .map_err(|_| Error::invalid_input(format!("vector dimension {dim} is too large")))?;
     Ok(Arc::new(Schema::new(vec![
         Field::new(PARTITION_COLUMN, DataType::UInt32, false),
-        Field::new(ADDR_COLUMN, DataType::UInt64, false),
         Field::new(
             VECTOR_COLUMN,
             DataType::FixedSizeList(item_field(), size),
@@ -76,12 +82,7 @@ pub fn schema_matches(schema: &Schema, dim: usize) -> bool {
 }
 
 /// Assembles one vectors-file batch.
-pub fn vectors_batch(
-    dim: usize,
-    partitions: Vec<u32>,
-    addrs: Vec<u64>,
-    values: Vec<f32>,
-) -> Result<RecordBatch> {
+pub fn vectors_batch(dim: usize, partitions: Vec<u32>, values: Vec<f32>) -> Result<RecordBatch> {
     let size = i32::try_from(dim)
         .map_err(|_| Error::invalid_input(format!("vector dimension {dim} is too large")))?;
     let vectors = FixedSizeListArray::try_new(
@@ -93,11 +94,7 @@ pub fn vectors_batch(
     .map_err(|e| Error::external("assembling ivf_flat vectors", e))?;
     RecordBatch::try_new(
         vectors_schema(dim)?,
-        vec![
-            Arc::new(UInt32Array::from(partitions)),
-            Arc::new(UInt64Array::from(addrs)),
-            Arc::new(vectors),
-        ],
+        vec![Arc::new(UInt32Array::from(partitions)), Arc::new(vectors)],
     )
     .map_err(|e| Error::external("assembling an ivf_flat batch", e))
 }
@@ -109,15 +106,6 @@ pub fn partition_column(batch: &RecordBatch) -> Result<&UInt32Array> {
         .and_then(|c| c.as_primitive_opt::<UInt32Type>())
         .filter(|c| c.null_count() == 0)
         .ok_or_else(|| corrupt("missing or null partition column"))
-}
-
-/// The address column of a batch read from the vectors file.
-pub fn addr_column(batch: &RecordBatch) -> Result<&UInt64Array> {
-    batch
-        .column_by_name(ADDR_COLUMN)
-        .and_then(|c| c.as_primitive_opt::<UInt64Type>())
-        .filter(|c| c.null_count() == 0)
-        .ok_or_else(|| corrupt("missing or null _rowaddr column"))
 }
 
 /// The flat vector values of a batch read from the vectors file
@@ -295,10 +283,13 @@ mod tests {
 
     #[test]
     fn batch_columns_round_trip() {
-        let batch = vectors_batch(2, vec![0, 0], vec![7, 9], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+        let batch = vectors_batch(2, vec![0, 1], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
         assert!(schema_matches(&batch.schema(), 2));
         assert!(!schema_matches(&batch.schema(), 3));
-        assert_eq!(addr_column(&batch).unwrap().values().to_vec(), vec![7, 9]);
+        assert_eq!(
+            partition_column(&batch).unwrap().values().to_vec(),
+            vec![0, 1]
+        );
         assert_eq!(vector_values(&batch.slice(1, 1), 2).unwrap(), &[3.0, 4.0]);
     }
 }

@@ -1,15 +1,19 @@
 //! `ivf_flat`: k-means partitions of FixedSizeList<Float32> vectors, searched
 //! exactly inside the `nprobes` partitions nearest to the query.
 //!
-//! Layout: one Lance file per segment ([`layout::VECTORS_FILE`]) of
-//! `(partition, _rowaddr, vector)` rows sorted by partition, with the centroids
-//! and per-partition row counts in a global buffer, so a search reads only the
-//! row ranges of the probed partitions.
+//! Layout: [`layout::VECTORS_FILE`] holds `(partition, vector)` rows sorted by
+//! partition, with the centroids and per-partition row counts in a global
+//! buffer, so a search reads only the row ranges of the probed partitions;
+//! [`layout::ADDRESSES_FILE`] holds the row address of each vector (null: the
+//! row is gone).
 //!
 //! Training is deterministic (seeded k-means++ and capped Lloyd iterations).
-//! Remap never retrains and never reassigns: it streams the file, translates
-//! the addresses in batches of at most [`MAX_TRANSLATION_BATCH`], drops rows
-//! that are gone and rewrites the partition sizes.
+//! Remap never retrains and never reassigns. It translates the addresses in
+//! batches of at most [`MAX_TRANSLATION_BATCH`]; vectors never change, so
+//! unless more than one entry in [`TOMBSTONE_REWRITE_DIVISOR`] would be gone,
+//! the vectors file is copied server-side and only the addresses are
+//! rewritten (gone rows become tombstones). Otherwise both files are
+//! rewritten without the gone rows and the partition sizes recomputed.
 
 pub mod build;
 pub mod distance;
@@ -18,9 +22,10 @@ pub mod layout;
 pub mod segment;
 pub mod topk;
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use arrow_array::{BooleanArray, RecordBatch, UInt64Array};
+use arrow_array::{Array, BooleanArray, RecordBatch, UInt64Array};
 use arrow_schema::DataType;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -29,6 +34,7 @@ use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, LanceFileWriter, RelativePath};
 use serde::{Deserialize, Serialize};
 
+use super::addresses::{addresses_schema, is_addresses_schema, read_addresses, AddressTranslation};
 use super::{
     IndexContext, IndexParams, IndexSegmentReader, IndexType, Metric, Translator,
     MAX_TRANSLATION_BATCH,
@@ -36,12 +42,12 @@ use super::{
 use build::{train_centroids, CollectedVectors, PartitionPlan};
 pub use distance::distance;
 use layout::{
-    addr_column, partition_column, vectors_path, vectors_schema, IvfLayout, LAYOUT_BUFFER_KEY,
+    addresses_path, partition_column, vectors_path, vectors_schema, IvfLayout, LAYOUT_BUFFER_KEY,
 };
 pub use segment::IvfFlatSegment;
 
-/// On-disk layout version.
-const FORMAT_VERSION: u32 = 1;
+/// On-disk layout version (2: vectors and addresses in separate files).
+const FORMAT_VERSION: u32 = 2;
 
 /// The ivf_flat index type.
 #[derive(Debug, Clone, Copy, Default)]
@@ -92,93 +98,228 @@ impl IvfFlatDetails {
     }
 }
 
-/// An opened vectors file with its validated layout.
+/// The opened files of a segment with the validated layout.
 pub(crate) struct OpenedFile {
-    pub(crate) reader: LanceFileReader,
+    pub(crate) vectors: LanceFileReader,
+    pub(crate) addresses: LanceFileReader,
     pub(crate) layout: IvfLayout,
 }
 
-/// Opens the vectors file of `dir` and checks it against `details`.
+/// Opens the files of `dir` and checks them against `details`.
 pub(crate) async fn open_file(
     ctx: &IndexContext,
     dir: &RelativePath,
     details: &IvfFlatDetails,
 ) -> Result<OpenedFile> {
-    let reader = LanceFileReader::open(&ctx.store, &vectors_path(dir)?, None).await?;
+    let vectors = LanceFileReader::open(&ctx.store, &vectors_path(dir)?, None).await?;
+    let addresses = LanceFileReader::open(&ctx.store, &addresses_path(dir)?, None).await?;
     let corrupt = |message: String| Error::corrupt("ivf_flat index file", message);
-    let schema = reader.schema();
+    let schema = vectors.schema();
     let buffer_index: u32 = schema
         .metadata()
         .get(LAYOUT_BUFFER_KEY)
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| corrupt(format!("schema metadata lacks {LAYOUT_BUFFER_KEY}")))?;
-    let layout = IvfLayout::decode(&reader.read_global_buffer(buffer_index).await?)?;
+    let layout = IvfLayout::decode(&vectors.read_global_buffer(buffer_index).await?)?;
     if !layout::schema_matches(&schema, layout.dim) {
         return Err(corrupt(format!(
             "unexpected schema {schema:?} for dimension {}",
             layout.dim
         )));
     }
-    let expected = IvfFlatDetails::for_layout(&layout, details.metric)?;
-    if expected != *details || layout.rows() != reader.num_rows() {
+    if !is_addresses_schema(&addresses.schema()) {
         return Err(corrupt(format!(
-            "file holds {} rows in {} partitions of dimension {}; details say {details:?}",
-            reader.num_rows(),
+            "unexpected addresses schema {:?}",
+            addresses.schema()
+        )));
+    }
+    let expected = IvfFlatDetails::for_layout(&layout, details.metric)?;
+    if expected != *details
+        || layout.rows() != vectors.num_rows()
+        || addresses.num_rows() != vectors.num_rows()
+    {
+        return Err(corrupt(format!(
+            "files hold {} vectors and {} addresses in {} partitions of dimension {}; details say {details:?}",
+            vectors.num_rows(),
+            addresses.num_rows(),
             layout.partitions(),
             layout.dim
         )));
     }
-    Ok(OpenedFile { reader, layout })
+    Ok(OpenedFile {
+        vectors,
+        addresses,
+        layout,
+    })
 }
 
-/// Writes a vectors file: the batches, then the layout buffer.
-async fn write_file(
+/// Writes the files of a segment: the vectors with the layout buffer, and
+/// their addresses.
+async fn write_files(
     ctx: &IndexContext,
     dir: &RelativePath,
     dim: usize,
-    batches: impl Iterator<Item = Result<RecordBatch>>,
+    batches: impl Iterator<Item = Result<(RecordBatch, UInt64Array)>>,
     layout: &IvfLayout,
 ) -> Result<()> {
-    let mut writer =
+    let mut vectors =
         LanceFileWriter::create(&ctx.store, &vectors_path(dir)?, vectors_schema(dim)?).await?;
+    let mut addresses =
+        LanceFileWriter::create(&ctx.store, &addresses_path(dir)?, addresses_schema()).await?;
     for batch in batches {
-        writer.write(&batch?).await?;
+        let (batch, addrs) = batch?;
+        vectors.write(&batch).await?;
+        addresses.write(&addresses_batch(addrs)?).await?;
     }
+    finish_vectors(vectors, layout).await?;
+    addresses.finish().await?;
+    Ok(())
+}
+
+/// Stores the layout buffer and completes a vectors file.
+async fn finish_vectors(mut writer: LanceFileWriter, layout: &IvfLayout) -> Result<()> {
     let index = writer.add_global_buffer(layout.encode()?)?;
     writer.add_schema_metadata(LAYOUT_BUFFER_KEY, &index.to_string());
     writer.finish().await?;
     Ok(())
 }
 
-/// Translates one batch of the vectors file and drops the rows that are gone.
-/// Counts the surviving rows per partition into `lengths`; partitions must not
-/// decrease across the file (`last` carries the previous one).
-fn remap_batch(
-    batch: &RecordBatch,
+/// One batch of an addresses file.
+fn addresses_batch(addrs: UInt64Array) -> Result<RecordBatch> {
+    RecordBatch::try_new(addresses_schema(), vec![Arc::new(addrs)])
+        .map_err(|e| Error::external("assembling ivf_flat addresses", e))
+}
+
+/// Rows each remap step reads and translates: one translation batch.
+const REMAP_STEP_ROWS: u64 = MAX_TRANSLATION_BATCH as u64;
+
+/// A remap drops tombstones physically (rewriting the vectors) once more than
+/// one entry in this many would be a tombstone; below that it copies the
+/// vectors file and rewrites only the addresses.
+const TOMBSTONE_REWRITE_DIVISOR: u64 = 8;
+
+/// The file row ranges a remap walks, [`REMAP_STEP_ROWS`] at a time.
+fn remap_steps(rows: u64) -> impl Iterator<Item = Range<u64>> {
+    (0..rows)
+        .step_by(REMAP_STEP_ROWS as usize)
+        .map(move |start| start..(start + REMAP_STEP_ROWS).min(rows))
+}
+
+/// Entries that would be tombstones after translating every stored address.
+async fn count_tombstones(
+    old: &OpenedFile,
     translator: &dyn Translator,
+    translation: &mut AddressTranslation,
+) -> Result<u64> {
+    let mut tombstones = 0u64;
+    for rows in remap_steps(old.addresses.num_rows()) {
+        let stored = read_addresses(&old.addresses, rows, "ivf_flat index file").await?;
+        tombstones += translation.translate(&stored, translator)?.null_count() as u64;
+    }
+    Ok(tombstones)
+}
+
+/// Remap that keeps every entry: copies the vectors file (server-side, no
+/// decode) and writes the translated addresses, gone rows as tombstones.
+async fn remap_addresses_only(
+    ctx: &IndexContext,
+    old_dir: &RelativePath,
+    old: &OpenedFile,
+    new_dir: &RelativePath,
+    translator: &dyn Translator,
+    translation: &mut AddressTranslation,
+) -> Result<()> {
+    let mut writer =
+        LanceFileWriter::create(&ctx.store, &addresses_path(new_dir)?, addresses_schema()).await?;
+    for rows in remap_steps(old.addresses.num_rows()) {
+        let stored = read_addresses(&old.addresses, rows, "ivf_flat index file").await?;
+        let translated = translation.translate(&stored, translator)?;
+        writer.write(&addresses_batch(translated)?).await?;
+    }
+    writer.finish().await?;
+    ctx.store
+        .copy(&vectors_path(old_dir)?, &vectors_path(new_dir)?)
+        .await
+}
+
+/// Remap that drops tombstones: rewrites both files with only the live
+/// entries, keeping partition order, and returns the new layout.
+async fn remap_rewriting(
+    ctx: &IndexContext,
+    old: &OpenedFile,
+    new_dir: &RelativePath,
+    translator: &dyn Translator,
+    translation: &mut AddressTranslation,
+) -> Result<IvfLayout> {
+    let dim = old.layout.dim;
+    let mut lengths = vec![0u64; old.layout.partitions()];
+    let mut vectors =
+        LanceFileWriter::create(&ctx.store, &vectors_path(new_dir)?, vectors_schema(dim)?).await?;
+    let mut addresses =
+        LanceFileWriter::create(&ctx.store, &addresses_path(new_dir)?, addresses_schema()).await?;
+    let mut last = 0u32;
+    for rows in remap_steps(old.vectors.num_rows()) {
+        let stored = read_addresses(&old.addresses, rows.clone(), "ivf_flat index file").await?;
+        let translated = translation.translate(&stored, translator)?;
+        let batch = read_vectors(&old.vectors, rows).await?;
+        count_live(&batch, &translated, &mut lengths, &mut last)?;
+        let keep = BooleanArray::from_iter(translated.iter().map(|t| Some(t.is_some())));
+        let kept = arrow::compute::filter_record_batch(&batch, &keep)
+            .map_err(|e| Error::external("filtering remapped ivf_flat rows", e))?;
+        if kept.num_rows() == 0 {
+            continue;
+        }
+        let live: UInt64Array = translated.iter().flatten().collect();
+        vectors.write(&kept).await?;
+        addresses.write(&addresses_batch(live)?).await?;
+    }
+    let layout = IvfLayout {
+        dim,
+        centroids: old.layout.centroids.clone(),
+        lengths,
+    };
+    finish_vectors(vectors, &layout).await?;
+    addresses.finish().await?;
+    Ok(layout)
+}
+
+/// The vectors-file rows `rows` (at most one remap step) as one batch.
+async fn read_vectors(reader: &LanceFileReader, rows: Range<u64>) -> Result<RecordBatch> {
+    // REMAP_STEP_ROWS (65,536) fits u32.
+    let batches: Vec<RecordBatch> = reader
+        .read_range(rows.clone(), None, REMAP_STEP_ROWS as u32)
+        .await?
+        .try_collect()
+        .await?;
+    let batch = match batches.as_slice() {
+        [single] => single.clone(),
+        _ => arrow::compute::concat_batches(&reader.schema(), &batches)
+            .map_err(|e| Error::external("concatenating ivf_flat rows", e))?,
+    };
+    if batch.num_rows() as u64 != rows.end - rows.start {
+        return Err(Error::corrupt(
+            "ivf_flat index file",
+            format!(
+                "{} returned {} rows for {rows:?}",
+                reader.path(),
+                batch.num_rows()
+            ),
+        ));
+    }
+    Ok(batch)
+}
+
+/// Counts the live entries of `batch` per partition into `lengths`;
+/// partitions must not decrease across the file (`last` carries the previous one).
+fn count_live(
+    batch: &RecordBatch,
+    translated: &UInt64Array,
     lengths: &mut [u64],
     last: &mut u32,
-    out: &mut Vec<Option<u64>>,
-) -> Result<Option<RecordBatch>> {
+) -> Result<()> {
     let corrupt = |message: String| Error::corrupt("ivf_flat index file", message);
-    let addrs = addr_column(batch)?;
     let partitions = partition_column(batch)?;
-    // Batches are read with at most MAX_TRANSLATION_BATCH rows; slice anyway so
-    // the bound does not depend on the reader honouring the batch size.
-    out.clear();
-    let mut translated: Vec<Option<u64>> = Vec::with_capacity(addrs.len());
-    for chunk in addrs.values().chunks(MAX_TRANSLATION_BATCH) {
-        translator.translate(chunk, out)?;
-        if out.len() != chunk.len() {
-            return Err(Error::invalid_input(format!(
-                "translator returned {} results for {} addresses",
-                out.len(),
-                chunk.len()
-            )));
-        }
-        translated.append(out);
-    }
-    for (p, kept) in partitions.values().iter().zip(&translated) {
+    for (position, p) in partitions.values().iter().enumerate() {
         if *p < *last {
             return Err(corrupt(format!("partition {p} follows partition {last}")));
         }
@@ -186,26 +327,11 @@ fn remap_batch(
         let slot = lengths
             .get_mut(*p as usize)
             .ok_or_else(|| corrupt(format!("partition id {p} out of range")))?;
-        if kept.is_some() {
+        if translated.is_valid(position) {
             *slot += 1;
         }
     }
-    let keep = BooleanArray::from_iter(translated.iter().map(|t| Some(t.is_some())));
-    let new_addrs = UInt64Array::from_iter_values(translated.iter().flatten().copied());
-    let filtered = arrow::compute::filter_record_batch(batch, &keep)
-        .map_err(|e| Error::external("filtering remapped ivf_flat rows", e))?;
-    if filtered.num_rows() == 0 {
-        return Ok(None);
-    }
-    let mut columns = filtered.columns().to_vec();
-    let addr_position = filtered
-        .schema()
-        .index_of(layout::ADDR_COLUMN)
-        .map_err(|e| corrupt(e.to_string()))?;
-    columns[addr_position] = Arc::new(new_addrs);
-    RecordBatch::try_new(filtered.schema(), columns)
-        .map(Some)
-        .map_err(|e| Error::external("assembling a remapped ivf_flat batch", e))
+    Ok(())
 }
 
 #[async_trait]
@@ -242,7 +368,7 @@ impl IndexType for IvfFlatIndex {
             train_centroids(&vectors, params, metric)?
         };
         let plan = PartitionPlan::new(&vectors, centroids, metric);
-        write_file(
+        write_files(
             ctx,
             dir,
             plan.layout.dim,
@@ -272,36 +398,13 @@ impl IndexType for IvfFlatIndex {
     ) -> Result<Vec<u8>> {
         let details = IvfFlatDetails::decode(details)?;
         let old = open_file(ctx, old_dir, &details).await?;
-        let dim = old.layout.dim;
-        let mut lengths = vec![0u64; old.layout.partitions()];
-        let mut writer =
-            LanceFileWriter::create(&ctx.store, &vectors_path(new_dir)?, vectors_schema(dim)?)
-                .await?;
-        if old.reader.num_rows() > 0 {
-            // MAX_TRANSLATION_BATCH (65,536) fits u32.
-            let batch_rows = MAX_TRANSLATION_BATCH as u32;
-            let mut batches = old
-                .reader
-                .read_range(0..old.reader.num_rows(), None, batch_rows)
-                .await?;
-            let mut last = 0u32;
-            let mut out = Vec::with_capacity(MAX_TRANSLATION_BATCH);
-            while let Some(batch) = batches.try_next().await? {
-                if let Some(kept) =
-                    remap_batch(&batch, translator, &mut lengths, &mut last, &mut out)?
-                {
-                    writer.write(&kept).await?;
-                }
-            }
+        let mut translation = AddressTranslation::default();
+        let tombstones = count_tombstones(&old, translator, &mut translation).await?;
+        if tombstones * TOMBSTONE_REWRITE_DIVISOR > old.vectors.num_rows() {
+            let layout = remap_rewriting(ctx, &old, new_dir, translator, &mut translation).await?;
+            return IvfFlatDetails::for_layout(&layout, details.metric)?.encode();
         }
-        let layout = IvfLayout {
-            dim,
-            centroids: old.layout.centroids,
-            lengths,
-        };
-        let index = writer.add_global_buffer(layout.encode()?)?;
-        writer.add_schema_metadata(LAYOUT_BUFFER_KEY, &index.to_string());
-        writer.finish().await?;
-        IvfFlatDetails::for_layout(&layout, details.metric)?.encode()
+        remap_addresses_only(ctx, old_dir, &old, new_dir, translator, &mut translation).await?;
+        Ok(IvfFlatDetails::for_layout(&old.layout, details.metric)?.encode()?)
     }
 }

@@ -2,25 +2,29 @@
 
 use std::ops::Range;
 
+use arrow_array::RecordBatch;
 use async_trait::async_trait;
-use futures::TryStreamExt;
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
 use roaring::RoaringTreemap;
 
 use super::distance::{distance, partition_distance};
-use super::layout::{addr_column, vector_values, IvfLayout, ADDR_COLUMN, VECTOR_COLUMN};
+use super::layout::{vector_values, IvfLayout, VECTOR_COLUMN};
 use super::topk::TopK;
 use super::{open_file, IvfFlatDetails};
+use crate::types::addresses::{read_addresses, read_column};
 use crate::types::{IndexContext, IndexQuery, IndexSegmentReader, Metric, SearchResult};
 
-/// Rows per batch when reading a partition.
-const READ_BATCH_ROWS: u32 = 65_536;
+/// Rows per read of a partition (one translation batch).
+const READ_BATCH_ROWS: u64 = 65_536;
+/// What errors call these files.
+const WHAT: &str = "ivf_flat index file";
 
 /// An opened ivf_flat segment: centroids and partition ranges in memory,
 /// vectors read per probed partition.
 pub struct IvfFlatSegment {
-    reader: LanceFileReader,
+    vectors: LanceFileReader,
+    addresses: LanceFileReader,
     layout: IvfLayout,
     metric: Metric,
 }
@@ -32,7 +36,8 @@ impl IvfFlatSegment {
         let details = IvfFlatDetails::decode(details)?;
         let file = open_file(ctx, dir, &details).await?;
         Ok(Self {
-            reader: file.reader,
+            vectors: file.vectors,
+            addresses: file.addresses,
             layout: file.layout,
             metric: details.metric,
         })
@@ -68,21 +73,24 @@ impl IvfFlatSegment {
         chosen
     }
 
-    /// Scores every row of the file rows `rows` into `top`.
+    /// Scores every live row of the file rows `rows` into `top`, one bounded
+    /// read of vectors and addresses at a time.
     async fn scan_rows(&self, rows: Range<u64>, query: &[f32], top: &mut TopK) -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
         let dim = self.layout.dim;
-        let mut batches = self
-            .reader
-            .read_range(rows, Some(&[ADDR_COLUMN, VECTOR_COLUMN]), READ_BATCH_ROWS)
-            .await?;
-        while let Some(batch) = batches.try_next().await? {
-            let addrs = addr_column(&batch)?;
+        let mut start = rows.start;
+        while start < rows.end {
+            let step = start..(start + READ_BATCH_ROWS).min(rows.end);
+            start = step.end;
+            let vectors = read_column(&self.vectors, VECTOR_COLUMN, step.clone(), WHAT).await?;
+            let batch = RecordBatch::try_from_iter([(VECTOR_COLUMN, vectors)])
+                .map_err(|e| Error::external("assembling ivf_flat vectors", e))?;
             let values = vector_values(&batch, dim)?;
-            for (addr, v) in addrs.values().iter().zip(values.chunks_exact(dim)) {
-                top.push(*addr, distance(self.metric, query, v));
+            let addrs = read_addresses(&self.addresses, step, WHAT).await?;
+            for (addr, v) in addrs.iter().zip(values.chunks_exact(dim)) {
+                // A null address is a tombstone: the row is gone.
+                if let Some(addr) = addr {
+                    top.push(addr, distance(self.metric, query, v));
+                }
             }
         }
         Ok(())
@@ -144,19 +152,13 @@ impl IndexSegmentReader for IvfFlatSegment {
 
     async fn stored_addresses(&self) -> Result<RoaringTreemap> {
         let mut all = RoaringTreemap::new();
-        if self.reader.num_rows() == 0 {
-            return Ok(all);
-        }
-        let mut batches = self
-            .reader
-            .read_range(
-                0..self.reader.num_rows(),
-                Some(&[ADDR_COLUMN]),
-                READ_BATCH_ROWS,
-            )
-            .await?;
-        while let Some(batch) = batches.try_next().await? {
-            all.extend(addr_column(&batch)?.values().iter().copied());
+        let rows = self.addresses.num_rows();
+        let mut start = 0u64;
+        while start < rows {
+            let step = start..(start + READ_BATCH_ROWS).min(rows);
+            start = step.end;
+            let addrs = read_addresses(&self.addresses, step, WHAT).await?;
+            all.extend(addrs.iter().flatten());
         }
         Ok(all)
     }

@@ -1,0 +1,265 @@
+//! Row-address columns of index files and their translation.
+//!
+//! Index types that store one row address per entry (btree values, ivf_flat
+//! vectors) keep the addresses in a file of their own, `addresses.lance`, so a
+//! remap rewrites only that file and copies the rest server-side. A null
+//! address is a tombstone: the entry's row is gone and queries skip it.
+//!
+//! Stored addresses follow the index's order (values, partitions), which is
+//! usually not address order. The core's translators keep a cursor that only
+//! helps while addresses ascend, so an unsorted batch is translated in
+//! ascending address order: `(address, position)` pairs are sorted,
+//! translated, and the results are scattered back to their positions. A batch
+//! that already ascends is translated as it is.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use futures::TryStreamExt;
+use lance_encoding::constants::{DICT_DIVISOR_META_KEY, RLE_THRESHOLD_META_KEY};
+use refract_core::{Error, Result};
+use refract_table::io::LanceFileReader;
+
+use crate::types::{Translator, MAX_TRANSLATION_BATCH};
+
+/// File name of the addresses file inside a segment directory.
+pub const ADDRESSES_FILE: &str = "addresses.lance";
+/// The stored row-address column.
+pub const ADDR_COLUMN: &str = "_rowaddr";
+/// Most rows one [`read_column`] call returns, so memory does not follow the
+/// segment size.
+pub(crate) const MAX_COLUMN_READ_ROWS: u64 = 4 * MAX_TRANSLATION_BATCH as u64;
+
+/// The schema of an addresses file (a null address is a tombstone).
+///
+/// Addresses are (nearly) unique, so Lance's dictionary and run-length
+/// encodings never pay off for them, yet by default the writer tries both on
+/// every page (building a hash table of the values, counting runs). The field
+/// metadata switches both off: bit-packing still applies.
+pub(crate) fn addresses_schema() -> SchemaRef {
+    let metadata = HashMap::from([
+        (DICT_DIVISOR_META_KEY.to_string(), u64::MAX.to_string()),
+        (RLE_THRESHOLD_META_KEY.to_string(), "0".to_string()),
+    ]);
+    Arc::new(Schema::new(vec![Field::new(
+        ADDR_COLUMN,
+        DataType::UInt64,
+        true,
+    )
+    .with_metadata(metadata)]))
+}
+
+/// True when `schema` is an addresses file's: one nullable UInt64 `_rowaddr`.
+pub(crate) fn is_addresses_schema(schema: &Schema) -> bool {
+    schema.fields().len() == 1
+        && schema.field(0).name() == ADDR_COLUMN
+        && schema.field(0).data_type() == &DataType::UInt64
+}
+
+/// Reads `column` of the file rows `rows` (at most [`MAX_COLUMN_READ_ROWS`])
+/// as one array. `what` names the index in errors.
+pub(crate) async fn read_column(
+    reader: &LanceFileReader,
+    column: &str,
+    rows: Range<u64>,
+    what: &str,
+) -> Result<ArrayRef> {
+    let len = rows.end.saturating_sub(rows.start);
+    if len > MAX_COLUMN_READ_ROWS {
+        return Err(Error::invalid_input(format!(
+            "{what} read of {len} rows exceeds the {MAX_COLUMN_READ_ROWS}-row bound"
+        )));
+    }
+    // MAX_COLUMN_READ_ROWS (262,144) fits in u32.
+    let batches: Vec<RecordBatch> = reader
+        .read_range(rows, Some(&[column]), MAX_COLUMN_READ_ROWS as u32)
+        .await?
+        .try_collect()
+        .await?;
+    let mut arrays = Vec::with_capacity(batches.len());
+    for batch in &batches {
+        let array = batch.column_by_name(column).ok_or_else(|| {
+            Error::corrupt(what, format!("{} has no column {column}", reader.path()))
+        })?;
+        arrays.push(array.clone());
+    }
+    let joined = match arrays.len() {
+        1 => arrays.swap_remove(0),
+        _ => {
+            let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
+            arrow::compute::concat(&refs).map_err(|e| Error::external("concatenating rows", e))?
+        }
+    };
+    if joined.len() as u64 != len {
+        return Err(Error::corrupt(
+            what,
+            format!(
+                "{} returned {} rows for a range of {len}",
+                reader.path(),
+                joined.len()
+            ),
+        ));
+    }
+    Ok(joined)
+}
+
+/// Reads the addresses of the file rows `rows` (nulls are tombstones).
+pub(crate) async fn read_addresses(
+    reader: &LanceFileReader,
+    rows: Range<u64>,
+    what: &str,
+) -> Result<UInt64Array> {
+    let column = read_column(reader, ADDR_COLUMN, rows, what).await?;
+    column
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .cloned()
+        .ok_or_else(|| Error::corrupt(what, format!("{} is not UInt64", ADDR_COLUMN)))
+}
+
+/// Whether unsorted batches are sorted by address before translation.
+/// Measured on 10M shuffled values (see docs/benchmarks.md): sorting first
+/// is faster than translating in value order.
+const SORT_BEFORE_TRANSLATING: bool = true;
+
+/// Reusable buffers for translating batches of at most [`MAX_TRANSLATION_BATCH`]
+/// addresses (bounded: about 40 bytes per address of one batch).
+#[derive(Debug, Default)]
+pub(crate) struct AddressTranslation {
+    /// `address << 32 | position`: sorting orders by address, then position.
+    pairs: Vec<u128>,
+    addresses: Vec<u64>,
+    translated: Vec<Option<u64>>,
+    result: Vec<Option<u64>>,
+}
+
+impl AddressTranslation {
+    /// Translates `old` (nulls are tombstones and stay null) through
+    /// `translator`; an address that translates to `None` becomes null.
+    pub(crate) fn translate(
+        &mut self,
+        old: &UInt64Array,
+        translator: &dyn Translator,
+    ) -> Result<UInt64Array> {
+        if old.len() > MAX_TRANSLATION_BATCH {
+            return Err(Error::invalid_input(format!(
+                "{} addresses exceed the translation batch of {MAX_TRANSLATION_BATCH}",
+                old.len()
+            )));
+        }
+        let values = old.values();
+        let ascending = values.windows(2).all(|w| w[0] <= w[1]);
+        if old.null_count() == 0 && (ascending || !SORT_BEFORE_TRANSLATING) {
+            self.call(values.as_ref(), translator)?;
+            return Ok(self.translated.iter().copied().collect());
+        }
+        self.pairs.clear();
+        self.pairs.extend(
+            values
+                .iter()
+                .enumerate()
+                .filter(|(position, _)| old.is_valid(*position))
+                .map(|(position, address)| (u128::from(*address) << 32) | position as u128),
+        );
+        if SORT_BEFORE_TRANSLATING && !ascending {
+            self.pairs.sort_unstable();
+        }
+        let mut addresses = std::mem::take(&mut self.addresses);
+        addresses.clear();
+        addresses.extend(self.pairs.iter().map(|pair| (pair >> 32) as u64));
+        let called = self.call(&addresses, translator);
+        self.addresses = addresses;
+        called?;
+        self.result.clear();
+        self.result.resize(old.len(), None);
+        for (pair, new) in self.pairs.iter().zip(&self.translated) {
+            // Positions are below MAX_TRANSLATION_BATCH, checked above.
+            let position = (pair & u128::from(u32::MAX)) as usize;
+            if let Some(slot) = self.result.get_mut(position) {
+                *slot = *new;
+            }
+        }
+        Ok(self.result.iter().copied().collect())
+    }
+
+    /// One translator call; checks it answered every address.
+    fn call(&mut self, addresses: &[u64], translator: &dyn Translator) -> Result<()> {
+        self.translated.clear();
+        translator.translate(addresses, &mut self.translated)?;
+        if self.translated.len() != addresses.len() {
+            return Err(Error::invalid_input(format!(
+                "translator returned {} results for {} addresses",
+                self.translated.len(),
+                addresses.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Moves addresses by a table; missing means unchanged; records batches.
+    struct Table(HashMap<u64, Option<u64>>, std::sync::Mutex<Vec<Vec<u64>>>);
+
+    impl Translator for Table {
+        fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+            out.clear();
+            out.extend(
+                batch
+                    .iter()
+                    .map(|a| self.0.get(a).copied().unwrap_or(Some(*a))),
+            );
+            self.1.lock().unwrap().push(batch.to_vec());
+            Ok(())
+        }
+    }
+
+    fn table(entries: &[(u64, Option<u64>)]) -> Table {
+        Table(entries.iter().copied().collect(), Default::default())
+    }
+
+    #[test]
+    fn unsorted_batches_are_translated_ascending_and_scattered_back() {
+        let translator = table(&[(9, Some(90)), (3, None), (5, Some(50))]);
+        let old = UInt64Array::from(vec![Some(9), None, Some(3), Some(5), Some(1), Some(9)]);
+        let new = AddressTranslation::default()
+            .translate(&old, &translator)
+            .unwrap();
+        assert_eq!(
+            new.iter().collect::<Vec<_>>(),
+            vec![Some(90), None, None, Some(50), Some(1), Some(90)]
+        );
+        assert_eq!(*translator.1.lock().unwrap(), vec![vec![1, 3, 5, 9, 9]]);
+    }
+
+    #[test]
+    fn ascending_batches_are_translated_as_they_are() {
+        let translator = table(&[(2, Some(20)), (4, None)]);
+        let old = UInt64Array::from(vec![1, 2, 2, 4]);
+        let new = AddressTranslation::default()
+            .translate(&old, &translator)
+            .unwrap();
+        assert_eq!(
+            new.iter().collect::<Vec<_>>(),
+            vec![Some(1), Some(20), Some(20), None]
+        );
+        assert_eq!(*translator.1.lock().unwrap(), vec![vec![1, 2, 2, 4]]);
+    }
+
+    #[test]
+    fn oversized_batches_are_refused() {
+        let old = UInt64Array::from(vec![0u64; MAX_TRANSLATION_BATCH + 1]);
+        let err = AddressTranslation::default()
+            .translate(&old, &table(&[]))
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    }
+}
