@@ -8,6 +8,9 @@
 
 use std::sync::Arc;
 
+use roaring::RoaringBitmap;
+
+use crate::address::row_address;
 use crate::chain::RemapChain;
 use crate::error::Result;
 use crate::remap::{LookupCursor, RowAddrRemap};
@@ -20,6 +23,23 @@ pub trait Translator: Send + Sync {
     /// Clears `out` and pushes one result per address of `batch`, in order: the new
     /// address (the same one if unaffected) or `None` if the row is gone.
     fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()>;
+
+    /// Optional streaming path for one fragment's addresses: translates the
+    /// offsets `part` of fragment `fragment` (addresses `fragment << 32 | offset`),
+    /// calling `sink` with the new address of every row that is not gone, in the
+    /// order of `part`. The results equal [`Translator::translate`]'s; nothing is
+    /// buffered per row. Returns `Ok(false)` without calling `sink` when the
+    /// translator has no such path (the default); callers then fall back to
+    /// [`Translator::translate`] in batches of at most [`MAX_TRANSLATION_BATCH`].
+    fn translate_part(
+        &self,
+        fragment: u32,
+        part: &RoaringBitmap,
+        sink: &mut dyn FnMut(u64),
+    ) -> Result<bool> {
+        let _ = (fragment, part, sink);
+        Ok(false)
+    }
 }
 
 /// Asynchronous address translation, for translators that read row maps from storage.
@@ -48,6 +68,26 @@ impl Translator for RowAddrRemap {
         );
         Ok(())
     }
+
+    fn translate_part(
+        &self,
+        fragment: u32,
+        part: &RoaringBitmap,
+        sink: &mut dyn FnMut(u64),
+    ) -> Result<bool> {
+        match self {
+            RowAddrRemap::Compact(compact) => compact.translate_part(fragment, part, sink),
+            RowAddrRemap::Direct(map) => {
+                for offset in part {
+                    let address = row_address(fragment, offset);
+                    if let Some(new) = map.get(&address).copied().unwrap_or(Some(address)) {
+                        sink(new);
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
 }
 
 impl Translator for RemapChain {
@@ -74,11 +114,29 @@ impl<T: Translator + ?Sized> Translator for Arc<T> {
     fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
         (**self).translate(batch, out)
     }
+
+    fn translate_part(
+        &self,
+        fragment: u32,
+        part: &RoaringBitmap,
+        sink: &mut dyn FnMut(u64),
+    ) -> Result<bool> {
+        (**self).translate_part(fragment, part, sink)
+    }
 }
 
 impl<T: Translator + ?Sized> Translator for &T {
     fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
         (**self).translate(batch, out)
+    }
+
+    fn translate_part(
+        &self,
+        fragment: u32,
+        part: &RoaringBitmap,
+        sink: &mut dyn FnMut(u64),
+    ) -> Result<bool> {
+        (**self).translate_part(fragment, part, sink)
     }
 }
 
@@ -226,6 +284,35 @@ pub(crate) mod tests {
             *t.sizes.lock().unwrap(),
             vec![65_536, 65_536, 1, 65_536, 65_536, 1]
         );
+    }
+
+    #[test]
+    fn translate_part_equals_translate() {
+        let compact = RowAddrRemap::compact(vec![group_a(), group_b()]).unwrap();
+        let direct = RowAddrRemap::direct(crate::remap::tests::direct_of(&[group_a(), group_b()]));
+        let part: RoaringBitmap = (0..8u32).collect();
+        for remap in [&compact, &direct] {
+            // 4: survivors and an offset past its rows; 3: all survive; 7: all
+            // deleted; 9: untouched.
+            for fragment in [4u32, 3, 7, 9] {
+                let batch: Vec<u64> = part.iter().map(|o| ra(fragment, o)).collect();
+                let mut out = Vec::new();
+                remap.translate(&batch, &mut out).unwrap();
+                let want: Vec<u64> = out.into_iter().flatten().collect();
+                let mut got = Vec::new();
+                let shared: Arc<dyn Translator> = Arc::new(remap.clone());
+                assert!(shared
+                    .translate_part(fragment, &part, &mut |a| got.push(a))
+                    .unwrap());
+                assert_eq!(got, want, "fragment {fragment}");
+            }
+        }
+        let mut got = Vec::new();
+        let chain = RemapChain::from(compact);
+        assert!(!chain
+            .translate_part(4, &part, &mut |a| got.push(a))
+            .unwrap());
+        assert!(got.is_empty(), "no path, no results");
     }
 
     #[test]

@@ -219,28 +219,44 @@ pub struct TranslateScratch {
     assembler: TreemapAssembler,
 }
 
-/// Translates `posting` through `translator` in ascending slices of at most
-/// [`MAX_TRANSLATION_BATCH`] addresses; rows that are gone are dropped. A dense
+/// Translates `posting` through `translator`; rows that are gone are dropped.
+/// Each fragment's part goes through [`Translator::translate_part`] when the
+/// translator streams (an in-memory remap); otherwise addresses are translated
+/// in ascending slices of at most [`MAX_TRANSLATION_BATCH`]. Either way a dense
 /// posting never expands beyond one slice.
 pub fn translate_posting(
     posting: &RoaringTreemap,
     translator: &dyn Translator,
     scratch: &mut TranslateScratch,
 ) -> Result<RoaringTreemap> {
-    let mut addrs = posting.iter();
-    loop {
-        scratch.slice.clear();
-        scratch
-            .slice
-            .extend(addrs.by_ref().take(MAX_TRANSLATION_BATCH));
-        if scratch.slice.is_empty() {
-            return Ok(scratch.assembler.finish());
+    scratch.slice.clear();
+    for (high, part) in posting.bitmaps() {
+        let assembler = &mut scratch.assembler;
+        if translator.translate_part(high, part, &mut |new| assembler.push(new))? {
+            continue;
         }
-        translate_checked(translator, &scratch.slice, &mut scratch.out)?;
-        for new in scratch.out.iter().flatten() {
-            scratch.assembler.push(*new);
+        for low in part {
+            scratch.slice.push((u64::from(high) << 32) | u64::from(low));
+            if scratch.slice.len() == MAX_TRANSLATION_BATCH {
+                flush_slice(translator, scratch)?;
+            }
         }
     }
+    flush_slice(translator, scratch)?;
+    Ok(scratch.assembler.finish())
+}
+
+/// Translates the buffered slice and assembles its survivors.
+fn flush_slice(translator: &dyn Translator, scratch: &mut TranslateScratch) -> Result<()> {
+    if scratch.slice.is_empty() {
+        return Ok(());
+    }
+    translate_checked(translator, &scratch.slice, &mut scratch.out)?;
+    for new in scratch.out.iter().flatten() {
+        scratch.assembler.push(*new);
+    }
+    scratch.slice.clear();
+    Ok(())
 }
 
 /// Calls `translator` and checks it answered every address.
@@ -543,6 +559,12 @@ mod tests {
         let first = new.min().unwrap();
         assert_eq!(first >> 32, 10, "survivors start in fragment 10");
         assert_eq!(recording.batches().len(), 1);
+        // The remap itself streams each fragment's part: same postings, no batches.
+        let chain = RemapChain::from(remap.clone());
+        for streaming in [&remap as &dyn Translator, &chain] {
+            let again = translate_posting(&posting, streaming, &mut scratch).unwrap();
+            assert_eq!(again, new);
+        }
     }
 
     #[test]

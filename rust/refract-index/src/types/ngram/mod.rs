@@ -198,33 +198,17 @@ impl IndexType for NgramIndex {
         let mut seen = 0u64;
         // A row sits in one posting per trigram of its value: translate it once.
         let mut memo = TranslationMemo::new();
-        let mut batches = if reader.num_rows() == 0 {
-            futures::stream::empty().boxed()
-        } else {
-            reader
-                .read_range(0..reader.num_rows(), None, REMAP_READ_ROWS)
-                .await?
-        };
-        while let Some(batch) = batches.try_next().await? {
-            let trigram_values = trigram_column(&batch)?;
-            let postings = posting_column(&batch)?;
-            for (row, trigram) in trigram_values.values().iter().enumerate() {
-                let posting = decode_posting(postings, row)?;
-                let mut remapped = memo.remap(&posting, translator)?;
-                remapped.optimize();
-                // `push` skips postings whose rows were all deleted and
-                // rejects out-of-order trigrams (a corrupt source file).
-                writer
-                    .push(*trigram, &remapped)
-                    .await
-                    .map_err(|e| match e {
-                        Error::InvalidInput { message } => {
-                            Error::corrupt("ngram postings file", message)
-                        }
-                        other => other,
-                    })?;
+        let rows = reader.num_rows();
+        let mut start = 0u64;
+        while start < rows {
+            // One read per window of postings, so the reader never reads ahead
+            // of what the rewrite is about to use.
+            let end = (start + u64::from(REMAP_READ_ROWS)).min(rows);
+            let mut batches = reader.read_range(start..end, None, REMAP_READ_ROWS).await?;
+            while let Some(batch) = batches.try_next().await? {
+                seen += remap_batch(&batch, &mut memo, translator, &mut writer).await?;
             }
-            seen += batch.num_rows() as u64;
+            start = end;
         }
         if seen != details.trigrams {
             return Err(Error::corrupt(
@@ -239,6 +223,33 @@ impl IndexType for NgramIndex {
         }
         .encode()
     }
+}
+
+/// Rewrites the postings of one read batch into `writer`; returns the number
+/// of postings read.
+async fn remap_batch(
+    batch: &RecordBatch,
+    memo: &mut TranslationMemo,
+    translator: &dyn Translator,
+    writer: &mut PostingsWriter,
+) -> Result<u64> {
+    let trigram_values = trigram_column(batch)?;
+    let postings = posting_column(batch)?;
+    for (row, trigram) in trigram_values.values().iter().enumerate() {
+        let posting = decode_posting(postings, row)?;
+        let mut remapped = memo.remap(&posting, translator)?;
+        remapped.optimize();
+        // `push` skips postings whose rows were all deleted and rejects
+        // out-of-order trigrams (a corrupt source file).
+        writer
+            .push(*trigram, &remapped)
+            .await
+            .map_err(|e| match e {
+                Error::InvalidInput { message } => Error::corrupt("ngram postings file", message),
+                other => other,
+            })?;
+    }
+    Ok(batch.num_rows() as u64)
 }
 
 /// An opened ngram segment: the trigram column is held in memory (4 bytes per
