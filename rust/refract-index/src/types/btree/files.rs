@@ -1,12 +1,14 @@
 //! The values and addresses of a btree segment: opening and validating the
 //! files of either layout, and reading bounded row ranges of each column.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::TryStreamExt;
+use lance_encoding::constants::{DICT_DIVISOR_META_KEY, RLE_THRESHOLD_META_KEY};
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
 
@@ -17,9 +19,18 @@ use super::{
 use crate::keys::{downcast, KeyKind};
 use crate::types::{IndexContext, MAX_TRANSLATION_BATCH};
 
+/// Rows per values read: one translation batch.
+pub(crate) const VALUE_READ_ROWS: u64 = MAX_TRANSLATION_BATCH as u64;
+/// Rows per addresses read (2 MiB of addresses): fewer, larger reads than
+/// one per translation batch, still a bound independent of the segment size.
+pub(crate) const ADDRESS_READ_ROWS: u64 = 4 * MAX_TRANSLATION_BATCH as u64;
 /// Most rows one [`SegmentFiles::read_values`] / [`SegmentFiles::read_addresses`]
 /// call returns: reads are bounded so memory does not follow the segment size.
-pub(crate) const MAX_READ_ROWS: u64 = MAX_TRANSLATION_BATCH as u64;
+const MAX_READ_ROWS: u64 = if VALUE_READ_ROWS > ADDRESS_READ_ROWS {
+    VALUE_READ_ROWS
+} else {
+    ADDRESS_READ_ROWS
+};
 
 /// The schema of `values.lance`.
 pub(crate) fn values_schema(value_type: &DataType) -> SchemaRef {
@@ -31,12 +42,22 @@ pub(crate) fn values_schema(value_type: &DataType) -> SchemaRef {
 }
 
 /// The schema of `addresses.lance` (a null address is a tombstone).
+///
+/// Addresses are (nearly) unique, so Lance's dictionary and run-length
+/// encodings never pay off for them, yet by default the writer tries both on
+/// every page (building a hash table of the values, counting runs). The field
+/// metadata switches both off: bit-packing still applies.
 pub(crate) fn addresses_schema() -> SchemaRef {
+    let metadata = HashMap::from([
+        (DICT_DIVISOR_META_KEY.to_string(), u64::MAX.to_string()),
+        (RLE_THRESHOLD_META_KEY.to_string(), "0".to_string()),
+    ]);
     Arc::new(Schema::new(vec![Field::new(
         ADDR_COLUMN,
         DataType::UInt64,
         true,
-    )]))
+    )
+    .with_metadata(metadata)]))
 }
 
 /// How the files are opened.
@@ -149,12 +170,13 @@ impl SegmentFiles {
     }
 }
 
-/// Splits `rows` into consecutive pieces of at most [`MAX_READ_ROWS`].
-pub(crate) fn bounded_pieces(rows: Range<u64>) -> impl Iterator<Item = Range<u64>> {
+/// Splits `rows` into consecutive pieces of at most `max` rows (`max` ≥ 1).
+pub(crate) fn bounded_pieces(rows: Range<u64>, max: u64) -> impl Iterator<Item = Range<u64>> {
     let end = rows.end;
+    let max = max.max(1);
     (rows.start..end)
-        .step_by(MAX_READ_ROWS as usize)
-        .map(move |start| start..end.min(start + MAX_READ_ROWS))
+        .step_by(usize::try_from(max).unwrap_or(usize::MAX))
+        .map(move |start| start..end.min(start.saturating_add(max)))
 }
 
 /// Reads one column of `rows` (at most [`MAX_READ_ROWS`]) as one array.
@@ -165,7 +187,7 @@ async fn read_column(reader: &LanceFileReader, column: &str, rows: Range<u64>) -
             "btree read of {len} rows exceeds the {MAX_READ_ROWS}-row bound"
         )));
     }
-    // MAX_READ_ROWS (65,536) fits in u32.
+    // MAX_READ_ROWS (262,144) fits in u32.
     let batches: Vec<RecordBatch> = reader
         .read_range(rows, Some(&[column]), MAX_READ_ROWS as u32)
         .await?

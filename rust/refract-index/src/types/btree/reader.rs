@@ -10,7 +10,7 @@ use refract_core::{CacheKey, CacheNamespace, DeepSize, Error, KeyParts, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
 use roaring::RoaringTreemap;
 
-use super::files::{bounded_pieces, Caching, SegmentFiles};
+use super::files::{bounded_pieces, Caching, SegmentFiles, ADDRESS_READ_ROWS, VALUE_READ_ROWS};
 use super::lookup::{self, PageEntry};
 use super::{BTreeDetails, PAGE_LOOKUP_FILE};
 use crate::keys::{interval_meets, range_is_empty, Key, KeyColumn, KeyKind};
@@ -123,14 +123,14 @@ impl Opened {
     async fn search(&self, ranges: &KeyRanges) -> Result<RoaringTreemap> {
         let mut matches: Vec<Range<u64>> = Vec::new();
         for rows in self.candidate_rows(ranges) {
-            for piece in bounded_pieces(rows) {
+            for piece in bounded_pieces(rows, VALUE_READ_ROWS) {
                 let values = self.files.read_values(piece.clone()).await?;
                 matching_rows(&KeyColumn::new(&values)?, piece.start, ranges, &mut matches);
             }
         }
         let mut found = RoaringTreemap::new();
         for rows in merge(matches) {
-            for piece in bounded_pieces(rows) {
+            for piece in bounded_pieces(rows, ADDRESS_READ_ROWS) {
                 let addresses = self.files.read_addresses(piece).await?;
                 // Tombstones (nulls) are skipped.
                 found.extend(addresses.iter().flatten());
@@ -195,7 +195,7 @@ impl IndexSegmentReader for BTreeSegment {
         let Some(opened) = &self.inner else {
             return Ok(all);
         };
-        for piece in bounded_pieces(0..opened.files.entries()) {
+        for piece in bounded_pieces(0..opened.files.entries(), ADDRESS_READ_ROWS) {
             let addresses = opened.files.read_addresses(piece).await?;
             all.extend(addresses.iter().flatten());
         }

@@ -28,7 +28,9 @@ use arrow_array::{Array, RecordBatch, UInt64Array};
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileWriter, RelativePath};
 
-use super::files::{addresses_schema, bounded_pieces, Caching, SegmentFiles};
+use super::files::{
+    addresses_schema, bounded_pieces, Caching, SegmentFiles, ADDRESS_READ_ROWS, VALUE_READ_ROWS,
+};
 use super::pages::PageWriter;
 use super::translate::AddressTranslation;
 use super::{
@@ -79,34 +81,21 @@ async fn remap_addresses(
     if tombstones > limit {
         return Ok(None);
     }
-    let schema = addresses_schema();
-    let mut writer =
-        LanceFileWriter::create(&ctx.store, &new_dir.join(ADDRESSES_FILE)?, schema.clone()).await?;
-    let mut translation = AddressTranslation::default();
-    for piece in bounded_pieces(0..entries) {
-        let step = async {
-            let old = files.read_addresses(piece).await?;
-            let new = translation.translate(&old, translator)?;
-            // Translation keeps every tombstone, so the count only grows.
-            tombstones += (new.null_count() - old.null_count()) as u64;
-            if tombstones > limit {
-                return Ok(false);
-            }
-            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(new)])
-                .map_err(|e| Error::external("assembling btree addresses", e))?;
-            writer.write(&batch).await?;
-            Ok::<bool, Error>(true)
-        };
-        match step.await {
-            Ok(true) => {}
-            Ok(false) => {
-                writer.abort().await;
-                return Ok(None);
-            }
-            Err(err) => {
-                writer.abort().await;
-                return Err(err);
-            }
+    let mut writer = LanceFileWriter::create(
+        &ctx.store,
+        &new_dir.join(ADDRESSES_FILE)?,
+        addresses_schema(),
+    )
+    .await?;
+    match translate_addresses(files, &mut writer, translator, limit, &mut tombstones).await {
+        Ok(true) => {}
+        Ok(false) => {
+            writer.abort().await;
+            return Ok(None);
+        }
+        Err(err) => {
+            writer.abort().await;
+            return Err(err);
         }
     }
     let written = writer.finish().await?.num_rows;
@@ -130,6 +119,36 @@ async fn remap_addresses(
     }))
 }
 
+/// Streams the old addresses through `translator` into `writer`, in reads of
+/// [`ADDRESS_READ_ROWS`] and translation batches of [`MAX_TRANSLATION_BATCH`],
+/// counting tombstones. `false` as soon as they exceed `limit`.
+async fn translate_addresses(
+    files: &SegmentFiles,
+    writer: &mut LanceFileWriter,
+    translator: &dyn Translator,
+    limit: u64,
+    tombstones: &mut u64,
+) -> Result<bool> {
+    let schema = addresses_schema();
+    let mut translation = AddressTranslation::default();
+    for piece in bounded_pieces(0..files.entries(), ADDRESS_READ_ROWS) {
+        let read = files.read_addresses(piece).await?;
+        for start in (0..read.len()).step_by(MAX_TRANSLATION_BATCH) {
+            let old = read.slice(start, MAX_TRANSLATION_BATCH.min(read.len() - start));
+            let new = translation.translate(&old, translator)?;
+            // Translation keeps every tombstone, so the count only grows.
+            *tombstones += (new.null_count() - old.null_count()) as u64;
+            if *tombstones > limit {
+                return Ok(false);
+            }
+            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(new)])
+                .map_err(|e| Error::external("assembling btree addresses", e))?;
+            writer.write(&batch).await?;
+        }
+    }
+    Ok(true)
+}
+
 /// The full rewrite: drops tombstones and gone rows, re-cuts pages and lookup.
 async fn rewrite(
     ctx: &IndexContext,
@@ -143,7 +162,7 @@ async fn rewrite(
     let mut writer = PageWriter::new(ctx.clone(), new_dir.clone(), value_type, details.page_rows);
     let mut translation = AddressTranslation::default();
     let mut carry: Option<RecordBatch> = None;
-    for piece in bounded_pieces(0..files.entries()) {
+    for piece in bounded_pieces(0..files.entries(), VALUE_READ_ROWS) {
         let values = files.read_values(piece.clone()).await?;
         let old = files.read_addresses(piece).await?;
         let new = translation.translate(&old, translator)?;

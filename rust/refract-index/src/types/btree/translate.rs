@@ -13,8 +13,9 @@ use refract_core::{Error, Result};
 use crate::types::{Translator, MAX_TRANSLATION_BATCH};
 
 /// Whether unsorted batches are sorted by address before translation.
-/// Measured on 10M shuffled values (see docs/benchmarks.md): sorting first
-/// is faster than translating in value order.
+/// Measured on a 10M-row segment with shuffled values through
+/// `RowAddrRemap::compact` (two runs each, loaded machine): translating all
+/// addresses took 0.36–0.39 s sorted first, 0.45–0.58 s in value order.
 const SORT_BEFORE_TRANSLATING: bool = true;
 
 /// Reusable buffers for translating batches of at most [`MAX_TRANSLATION_BATCH`]
