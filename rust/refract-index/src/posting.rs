@@ -593,7 +593,7 @@ mod tests {
             .map(|step| {
                 (1..=3u32)
                     .flat_map(|f| (0..rows as u32).map(move |o| row_address(f, o)))
-                    .filter(|a| (a & 0xffff_ffff) as u32 % step == 0)
+                    .filter(|a| ((a & 0xffff_ffff) as u32).is_multiple_of(*step))
                     .collect()
             })
             .collect();
