@@ -258,6 +258,14 @@ impl CompactRemap {
         // Index entries are built from the layout, so group and slot exist.
         let group = &self.groups[entry.group as usize];
         let old = &group.old[entry.slot as usize];
+        if let Some(base) = shift_base(group, old, part) {
+            // Every row of the part survived and lands in one new fragment:
+            // the whole part moves by one constant.
+            for offset in part {
+                sink(base.wrapping_add(u64::from(offset)));
+            }
+            return;
+        }
         let (mut rank_hint, mut range_hint) = (0, 0);
         for offset in part {
             if offset >= old.physical_rows {
@@ -349,6 +357,36 @@ impl CompactRemap {
         }
         bytes as u64
     }
+}
+
+/// When fragment `old` lost no row and the offsets of `part` all land in one
+/// new range, the value `b` such that offset `o` moves to `b + o` (wrapping
+/// arithmetic; every result is a valid address of that range).
+fn shift_base(group: &GroupLayout, old: &OldFragment, part: &RoaringBitmap) -> Option<u64> {
+    if old.survivors.len() != u64::from(old.physical_rows) {
+        return None;
+    }
+    let (min, max) = (part.min()?, part.max()?);
+    if max >= old.physical_rows {
+        return None;
+    }
+    // No deletions: the rank of an offset is the offset itself.
+    let (first, last) = (
+        old.rows_before + u64::from(min),
+        old.rows_before + u64::from(max),
+    );
+    let r = last_le_by(&group.ranges, |r| r.rows_before, first, usize::MAX)?;
+    let range = group.ranges[r];
+    if last >= range.rows_before + u64::from(range.physical_rows) {
+        return None;
+    }
+    // new = (id << 32) + rows_before + o - range.rows_before, and
+    // rows_before + o >= range.rows_before for every o >= min.
+    Some(
+        (u64::from(range.id) << 32)
+            .wrapping_add(old.rows_before)
+            .wrapping_sub(range.rows_before),
+    )
 }
 
 /// Validates one group and builds its layout.

@@ -316,6 +316,43 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn translate_part_shifts_fragments_without_deletions() {
+        use crate::remap::{FragmentRows, RewriteGroupInput};
+        // Fragment 1 (10 rows, none deleted) after fragment 2 (3 rows, one
+        // deleted), into fragments 20 (5 rows) and 21 (7 rows).
+        let surviving = [ra(2, 0), ra(2, 2)]
+            .into_iter()
+            .chain((0..10).map(|o| ra(1, o)))
+            .collect();
+        let remap = RowAddrRemap::compact(vec![RewriteGroupInput {
+            old_fragments: vec![FragmentRows::new(2, 3), FragmentRows::new(1, 10)],
+            new_fragments: vec![FragmentRows::new(20, 5), FragmentRows::new(21, 7)],
+            surviving,
+        }])
+        .unwrap();
+        let cases: [&[u32]; 4] = [&[0, 1, 2], &[3, 5, 9], &[1, 2, 3, 4], &[8, 9, 10, 12]];
+        for offsets in cases {
+            let part: RoaringBitmap = offsets.iter().copied().collect();
+            let batch: Vec<u64> = part.iter().map(|o| ra(1, o)).collect();
+            let mut out = Vec::new();
+            remap.translate(&batch, &mut out).unwrap();
+            let want: Vec<u64> = out.into_iter().flatten().collect();
+            let mut got = Vec::new();
+            assert!(remap
+                .translate_part(1, &part, &mut |a| got.push(a))
+                .unwrap());
+            assert_eq!(got, want, "offsets {offsets:?}");
+        }
+        // Within one range: 0..=2 land at 20:2..=4; 3, 5, 9 at 21:0, 2, 6.
+        let mut got = Vec::new();
+        let part: RoaringBitmap = [3u32, 5, 9].into_iter().collect();
+        remap
+            .translate_part(1, &part, &mut |a| got.push(a))
+            .unwrap();
+        assert_eq!(got, vec![ra(21, 0), ra(21, 2), ra(21, 6)]);
+    }
+
+    #[test]
     fn remap_translator_maps_unaffected_to_themselves() {
         let remap = RowAddrRemap::compact(vec![group_a(), group_b()]).unwrap();
         let chain = RemapChain::from(remap.clone());
