@@ -343,3 +343,33 @@ pub(crate) fn store_error(action: &str, path: &RelativePath, err: object_store::
         other => Error::external(format!("{action} {path}"), other),
     }
 }
+
+#[cfg(test)]
+mod copy_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn copy_duplicates_an_object_and_reports_a_missing_source() {
+        let store = DatasetStore::open(&format!("memory://copy-{}", uuid::Uuid::new_v4()), true)
+            .await
+            .unwrap();
+        let from = RelativePath::parse("_indices/a/values.lance").unwrap();
+        let to = RelativePath::parse("_indices/b/values.lance").unwrap();
+        store
+            .put(&from, Bytes::from_static(b"sorted values"))
+            .await
+            .unwrap();
+        store.copy(&from, &to).await.unwrap();
+        assert_eq!(
+            store.get(&to).await.unwrap(),
+            Bytes::from_static(b"sorted values")
+        );
+        assert_eq!(
+            store.get(&from).await.unwrap(),
+            Bytes::from_static(b"sorted values")
+        );
+        let missing = RelativePath::parse("_indices/c/values.lance").unwrap();
+        let err = store.copy(&missing, &to).await.unwrap_err();
+        assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    }
+}
