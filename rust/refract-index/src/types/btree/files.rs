@@ -203,23 +203,34 @@ async fn read_column(reader: &LanceFileReader, column: &str, rows: Range<u64>) -
         })?;
         arrays.push(array.clone());
     }
-    match arrays.len() {
-        1 => Ok(arrays.swap_remove(0)),
-        _ => {
-            let joined = concat(&arrays)?;
-            if joined.len() as u64 != len {
-                return Err(Error::corrupt(
-                    "btree segment",
-                    format!(
-                        "{} returned {} rows for a {len}-row read",
-                        reader.path(),
-                        joined.len()
-                    ),
-                ));
-            }
-            Ok(joined)
+    let joined = match arrays.len() {
+        0 => {
+            let field = reader
+                .schema()
+                .field_with_name(column)
+                .cloned()
+                .map_err(|_| {
+                    Error::corrupt(
+                        "btree segment",
+                        format!("{} has no column {column}", reader.path()),
+                    )
+                })?;
+            arrow_array::new_empty_array(field.data_type())
         }
+        1 => arrays.swap_remove(0),
+        _ => concat(&arrays)?,
+    };
+    if joined.len() as u64 != len {
+        return Err(Error::corrupt(
+            "btree segment",
+            format!(
+                "{} returned {} rows for a {len}-row read",
+                reader.path(),
+                joined.len()
+            ),
+        ));
     }
+    Ok(joined)
 }
 
 /// The type of the `value` column, checked to be indexable.

@@ -17,7 +17,7 @@ pub struct PageEntry {
     pub min: Key,
     /// Largest value on the page.
     pub max: Key,
-    /// First row of the page in `page_data.lance`.
+    /// First row of the page in `values.lance` (layout 1: `page_data.lance`).
     pub start: u64,
     /// Rows on the page (at least 1).
     pub rows: u64,
@@ -55,7 +55,7 @@ fn append_entries(
     if mins.data_type() != value_type || maxs.data_type() != value_type {
         return Err(Error::corrupt(
             WHAT,
-            format!("min/max type differs from the page data type {value_type}"),
+            format!("min/max type differs from the value type {value_type}"),
         ));
     }
     let starts = column(ROW_START_COLUMN)?;
@@ -115,7 +115,7 @@ fn validate(pages: &[PageEntry], data_rows: u64) -> Result<()> {
     if next_start != data_rows {
         return Err(Error::corrupt(
             WHAT,
-            format!("pages cover {next_start} rows, the page data holds {data_rows}"),
+            format!("pages cover {next_start} rows, the values file holds {data_rows}"),
         ));
     }
     Ok(())

@@ -137,7 +137,7 @@ async fn translate_addresses(
             let old = read.slice(start, MAX_TRANSLATION_BATCH.min(read.len() - start));
             let new = translation.translate(&old, translator)?;
             // Translation keeps every tombstone, so the count only grows.
-            *tombstones += (new.null_count() - old.null_count()) as u64;
+            *tombstones += new.null_count().saturating_sub(old.null_count()) as u64;
             if *tombstones > limit {
                 return Ok(false);
             }
@@ -219,7 +219,7 @@ fn sort_addresses_within_runs(batch: &RecordBatch) -> Result<RecordBatch> {
                 Ordering::Equal => false,
                 Ordering::Less => true,
                 Ordering::Greater => {
-                    return Err(Error::corrupt("btree page data", "values are not sorted"))
+                    return Err(Error::corrupt("btree values", "values are not sorted"))
                 }
             }
         };
