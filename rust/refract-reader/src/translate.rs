@@ -56,29 +56,42 @@ impl SegmentTranslator {
         }
     }
 
-    /// Where an address starts: `Err` for an address the segment cannot hold.
-    fn start(&self, address: u64) -> Result<Step> {
-        let fragment = RowAddress(address).fragment_id();
+    /// What happens to the addresses of a stored `fragment` at the start:
+    /// `Err` for a fragment the segment cannot hold.
+    fn start_fate(&self, fragment: u32, address: u64) -> Result<Fate> {
         if !self.scope.stored.contains(fragment) {
             return Err(self.outside_coverage(address));
         }
         if !self.scope.owned.contains(fragment) {
-            return Ok(Step::Done(None));
+            return Ok(Fate::Drop);
         }
-        Ok(self.settle(address))
+        Ok(self.settle_fate(fragment))
     }
 
-    /// After arriving at `address`: done (live or dead) or wait for the
-    /// fragment's consumer.
-    fn settle(&self, address: u64) -> Step {
-        let fragment = RowAddress(address).fragment_id();
+    /// What happens to an address arriving in `fragment`: kept (live and
+    /// served), dropped (live but not served, or dead) or waiting for the
+    /// fragment's consumer. Depends on the fragment only.
+    fn settle_fate(&self, fragment: u32) -> Fate {
         if self.scope.live.contains(fragment) {
-            let served = self.scope.coverage.contains(fragment);
-            return Step::Done(served.then_some(address));
+            return if self.scope.coverage.contains(fragment) {
+                Fate::Keep
+            } else {
+                Fate::Drop
+            };
         }
         match self.history.consumer_of(u64::from(fragment)) {
-            Some(transition) => Step::Wait(transition),
-            None => Step::Done(None),
+            Some(transition) => Fate::Wait(transition),
+            None => Fate::Drop,
+        }
+    }
+
+    /// [`Self::settle_fate`] after a hop, where a claimed fragment drops the
+    /// address (its claimant returns those rows itself).
+    fn hop_fate(&self, fragment: u32) -> Fate {
+        if self.scope.claimed.contains(fragment) {
+            Fate::Drop
+        } else {
+            self.settle_fate(fragment)
         }
     }
 
@@ -101,10 +114,46 @@ impl SegmentTranslator {
     }
 }
 
-/// Where an address is in its walk.
-enum Step {
-    Done(Option<u64>),
+/// What happens to the addresses of one fragment at a step of the walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Done: the address as it is.
+    Keep,
+    /// Done: no result.
+    Drop,
+    /// Waiting for this transition.
     Wait(usize),
+}
+
+/// Slots of [`FateCache`] (a power of two).
+const FATE_SLOTS: usize = 64;
+
+/// A direct-mapped memo of per-fragment fates within one batch, so the
+/// scope's bitmaps are probed once per fragment rather than once per address.
+struct FateCache {
+    slots: [(u32, Option<Fate>); FATE_SLOTS],
+}
+
+impl FateCache {
+    fn new() -> Self {
+        Self {
+            slots: [(0, None); FATE_SLOTS],
+        }
+    }
+
+    /// The fate of `fragment`, computed by `compute` on a miss.
+    #[inline]
+    fn get(&mut self, fragment: u32, compute: impl FnOnce() -> Fate) -> Fate {
+        let slot = &mut self.slots[fragment as usize & (FATE_SLOTS - 1)];
+        match *slot {
+            (id, Some(fate)) if id == fragment => fate,
+            _ => {
+                let fate = compute();
+                *slot = (fragment, Some(fate));
+                fate
+            }
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -122,13 +171,8 @@ impl BatchTranslator for SegmentTranslator {
         // always leads to a later transition, so one pass suffices.
         let mut waiting: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         let mut current: Vec<u64> = batch.to_vec();
-        for (slot, &address) in batch.iter().enumerate() {
-            match self.start(address)? {
-                // `slot` enumerates `batch`; `out` has its length.
-                Step::Done(result) => out[slot] = result,
-                Step::Wait(t) => waiting.entry(t).or_default().push(slot),
-            }
-        }
+        self.start_batch(batch, out, &mut waiting)?;
+        let mut fates = FateCache::new();
         let mut addresses = Vec::new();
         let mut results = Vec::new();
         while let Some((transition, slots)) = waiting.pop_first() {
@@ -150,16 +194,15 @@ impl BatchTranslator for SegmentTranslator {
                 let Some(next) = *result else {
                     continue; // deleted at this transition; out[slot] stays None
                 };
-                if self.scope.claimed.contains(RowAddress(next).fragment_id()) {
-                    continue; // a sibling (or this segment) holds these rows directly
-                }
-                match self.settle(next) {
-                    Step::Done(result) => out[*slot] = result,
-                    Step::Wait(t) if t > transition => {
+                let fragment = RowAddress(next).fragment_id();
+                match fates.get(fragment, || self.hop_fate(fragment)) {
+                    Fate::Keep => out[*slot] = Some(next),
+                    Fate::Drop => {}
+                    Fate::Wait(t) if t > transition => {
                         current[*slot] = next;
                         waiting.entry(t).or_default().push(*slot);
                     }
-                    Step::Wait(_) => {
+                    Fate::Wait(_) => {
                         return Err(Error::corrupt(
                             "FRI ledger",
                             "a translated address went back in lineage order",
@@ -167,6 +210,40 @@ impl BatchTranslator for SegmentTranslator {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl SegmentTranslator {
+    /// The first step of every address of `batch`, one fate per run of
+    /// addresses in the same fragment: results of finished addresses go to
+    /// `out`, the others wait for their fragment's consumer.
+    fn start_batch(
+        &self,
+        batch: &[u64],
+        out: &mut [Option<u64>],
+        waiting: &mut BTreeMap<usize, Vec<usize>>,
+    ) -> Result<()> {
+        let mut slot = 0;
+        while let Some(&first) = batch.get(slot) {
+            let fragment = RowAddress(first).fragment_id();
+            let run = batch[slot..]
+                .iter()
+                .take_while(|a| RowAddress(**a).fragment_id() == fragment)
+                .count();
+            let run_slots = slot..slot + run;
+            match self.start_fate(fragment, first)? {
+                // `run_slots` lies inside `batch`; `out` has its length.
+                Fate::Keep => {
+                    for s in run_slots {
+                        out[s] = Some(batch[s]);
+                    }
+                }
+                Fate::Drop => {}
+                Fate::Wait(t) => waiting.entry(t).or_default().extend(run_slots),
+            }
+            slot += run;
         }
         Ok(())
     }

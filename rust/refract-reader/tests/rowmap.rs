@@ -250,6 +250,42 @@ async fn check_reader(f: &Fixture, reader: &RowMapReader) {
         let want = &f.expected[start..start + chunk.len()];
         assert_eq!(translate(reader, chunk).await, want, "sweep batch {i}");
     }
+    check_ordered_batches(f, reader).await;
+}
+
+/// Ascending (sparse, dense, with duplicates), descending and interleaved
+/// batches across block (65,536), source (750,000) and chunk (2,097,152)
+/// boundaries, each equal to the reference.
+async fn check_ordered_batches(f: &Fixture, reader: &RowMapReader) {
+    let ascending: Vec<usize> = (0..TOTAL as usize).step_by(37).collect();
+    let dense: Vec<usize> = (65_000..67_000)
+        .chain(749_000..751_000)
+        .chain(2_096_000..2_099_000)
+        .collect();
+    let duplicates: Vec<usize> = [0usize, 0, 1, 65_535, 65_535, 65_536, 65_536, 749_999]
+        .into_iter()
+        .chain([750_000, 750_000, 2_097_151, 2_097_152, 2_097_152, 2_099_999])
+        .collect();
+    let descending: Vec<usize> = dense.iter().rev().copied().collect();
+    // Two ascending runs: a restart inside a block the walk has passed.
+    let restarted: Vec<usize> = (65_536..70_000)
+        .step_by(3)
+        .chain((65_536..70_000).step_by(5))
+        .collect();
+    let cases = [
+        ("ascending", ascending),
+        ("dense", dense),
+        ("duplicates", duplicates),
+        ("descending", descending),
+        ("restarted", restarted),
+    ];
+    for (name, rows) in cases {
+        for (i, rows) in rows.chunks(MAX_TRANSLATION_BATCH).enumerate() {
+            let batch: Vec<u64> = rows.iter().map(|r| f.addresses[*r]).collect();
+            let want: Vec<Option<u64>> = rows.iter().map(|r| f.expected[*r]).collect();
+            assert_eq!(translate(reader, &batch).await, want, "{name} batch {i}");
+        }
+    }
 }
 
 #[rstest]

@@ -5,14 +5,15 @@ use refract_core::DeepSize;
 
 /// Sentinel for a deleted row (null label).
 pub const DELETED: u16 = u16::MAX;
-/// Rows between rank checkpoints.
-pub const CHECKPOINT_STRIDE: usize = 1_024;
-/// Checkpoints are kept only for maps with at most this many destinations, so
-/// they never outweigh the labels themselves.
-pub const MAX_CHECKPOINT_DESTINATIONS: usize = 256;
+/// Fewest rows between rank checkpoints.
+pub const MIN_CHECKPOINT_STRIDE: usize = 64;
+/// Checkpoint rows per destination: a stride of `width × 4` rows holds `width`
+/// two-byte counts, so checkpoints weigh at most half a byte per row (a
+/// quarter of the labels' own weight).
+const STRIDE_ROWS_PER_DESTINATION: usize = 4;
 
 /// The labels of consecutive blocks, plus per-stride rank checkpoints so a point
-/// lookup scans at most [`CHECKPOINT_STRIDE`] labels.
+/// lookup scans fewer than [`LabelChunk::stride`] labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelChunk {
     /// First row (global source row index) of the chunk.
@@ -23,8 +24,26 @@ pub struct LabelChunk {
     pub labels: Vec<u16>,
     /// `checkpoints[s * width + d]` = rows with label `d` from the start of the
     /// block containing stride `s` up to (excluding) the stride's first row.
-    checkpoints: Vec<u32>,
+    checkpoints: Vec<u16>,
+    /// Destinations with checkpoints (0: none, every rank scans from the
+    /// block start).
     width: usize,
+    /// Rows between checkpoints (a power of two dividing `block_rows`).
+    stride: usize,
+}
+
+/// The checkpoint stride for `num_destinations` in blocks of `block_rows`,
+/// or `None` when checkpoints would not fit the weight budget or the block.
+fn checkpoint_stride(block_rows: usize, num_destinations: usize) -> Option<usize> {
+    let stride = num_destinations
+        .checked_mul(STRIDE_ROWS_PER_DESTINATION)?
+        .checked_next_power_of_two()?
+        .max(MIN_CHECKPOINT_STRIDE);
+    // Counts within a block must fit u16, and strides must tile each block.
+    let fits = block_rows <= usize::from(u16::MAX) + 1
+        && stride < block_rows
+        && block_rows.is_multiple_of(stride);
+    fits.then_some(stride)
 }
 
 impl LabelChunk {
@@ -44,18 +63,18 @@ impl LabelChunk {
                 labels.extend(array.iter().map(|label| label.unwrap_or(DELETED)));
             }
         }
-        let width = if num_destinations <= MAX_CHECKPOINT_DESTINATIONS {
-            num_destinations
-        } else {
-            0
+        let (width, stride) = match checkpoint_stride(block_rows, num_destinations) {
+            Some(stride) => (num_destinations, stride),
+            None => (0, block_rows.max(1)),
         };
-        let checkpoints = build_checkpoints(&labels, block_rows, width);
+        let checkpoints = build_checkpoints(&labels, block_rows, width, stride);
         Self {
             first_row,
             block_rows,
             labels,
             checkpoints,
             width,
+            stride,
         }
     }
 
@@ -69,6 +88,11 @@ impl LabelChunk {
         self.labels.is_empty()
     }
 
+    /// Rows between rank checkpoints (the block length without checkpoints).
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
     /// The label of chunk-relative row `position` and its rank among rows with
     /// the same label earlier in the same block. `None` for a deleted row or a
     /// position outside the chunk.
@@ -77,44 +101,112 @@ impl LabelChunk {
         if label == DELETED {
             return None;
         }
+        Some((label, self.rank_from_checkpoint(position, label)))
+    }
+
+    /// Like [`Self::label_and_rank`], but continues from `cursor`'s last rank
+    /// of the same label when that is nearer than the checkpoint: ascending
+    /// positions then cost the labels between them, not a rescan.
+    pub fn label_and_rank_with(
+        &self,
+        position: usize,
+        cursor: &mut RankCursor,
+    ) -> Option<(u16, u64)> {
+        let label = *self.labels.get(position)?;
+        if label == DELETED {
+            return None;
+        }
+        let slot = usize::from(label);
         let block_start = position - position % self.block_rows;
-        let (scan_from, mut rank) = if self.width > 0 && usize::from(label) < self.width {
-            let stride = position / CHECKPOINT_STRIDE;
-            let start = stride * CHECKPOINT_STRIDE;
-            let base = self
-                .checkpoints
+        let checkpoint = self.scan_start(position, block_start, label);
+        let rank = match cursor.last.get(slot).copied() {
+            Some((last, rank)) if last != usize::MAX && last >= checkpoint && last <= position => {
+                rank + count_label(&self.labels[last..position], label)
+            }
+            _ => self.rank_from_checkpoint(position, label),
+        };
+        if cursor.last.len() <= slot {
+            cursor.last.resize(slot + 1, (usize::MAX, 0));
+        }
+        cursor.last[slot] = (position, rank);
+        Some((label, rank))
+    }
+
+    /// Where a rank scan of `label` at `position` starts: its stride's first
+    /// row when the label has checkpoints, else its block's first row.
+    fn scan_start(&self, position: usize, block_start: usize, label: u16) -> usize {
+        if usize::from(label) < self.width {
+            (position - position % self.stride).max(block_start)
+        } else {
+            block_start
+        }
+    }
+
+    /// The rank of `label` at `position` from the nearest checkpoint.
+    fn rank_from_checkpoint(&self, position: usize, label: u16) -> u64 {
+        let block_start = position - position % self.block_rows;
+        let start = self.scan_start(position, block_start, label);
+        let base = if start == block_start {
+            // A block's first stride starts from zero, as does a label
+            // without checkpoints (scanned from the block start).
+            0
+        } else {
+            let stride = position / self.stride;
+            self.checkpoints
                 .get(stride * self.width + usize::from(label))
                 .copied()
-                .unwrap_or(0);
-            (start.max(block_start), u64::from(base))
-        } else {
-            (block_start, 0)
+                .map_or(0, u64::from)
         };
-        rank += self.labels[scan_from..position]
-            .iter()
-            .filter(|l| **l == label)
-            .count() as u64;
-        Some((label, rank))
+        base + count_label(&self.labels[start..position], label)
     }
 }
 
-fn build_checkpoints(labels: &[u16], block_rows: usize, width: usize) -> Vec<u32> {
+/// Rows of `labels` equal to `label` (a loop the compiler vectorizes).
+#[inline]
+fn count_label(labels: &[u16], label: u16) -> u64 {
+    labels.iter().map(|l| u64::from(*l == label)).sum()
+}
+
+/// The last rank computed per label during one walk over one chunk; makes
+/// ascending lookups incremental. Reset (or create a new one) for another chunk.
+#[derive(Debug, Default, Clone)]
+pub struct RankCursor {
+    /// Per label: (chunk-relative position, its rank), `usize::MAX` if unset.
+    last: Vec<(usize, u64)>,
+}
+
+impl RankCursor {
+    /// A cursor with nothing remembered.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets every remembered rank (for a walk over another chunk).
+    pub fn reset(&mut self) {
+        self.last.clear();
+    }
+}
+
+fn build_checkpoints(labels: &[u16], block_rows: usize, width: usize, stride: usize) -> Vec<u16> {
     if width == 0 {
         return Vec::new();
     }
-    let strides = labels.len().div_ceil(CHECKPOINT_STRIDE);
+    let strides = labels.len().div_ceil(stride);
     let mut checkpoints = Vec::with_capacity(strides * width);
-    let mut running = vec![0u32; width];
-    for stride in 0..strides {
-        let start = stride * CHECKPOINT_STRIDE;
+    let mut running = vec![0u16; width];
+    for s in 0..strides {
+        let start = s * stride;
         if start.is_multiple_of(block_rows) {
             running.iter_mut().for_each(|count| *count = 0);
         }
         checkpoints.extend_from_slice(&running);
-        let end = (start + CHECKPOINT_STRIDE).min(labels.len());
+        let end = (start + stride).min(labels.len());
         for label in &labels[start..end] {
             if let Some(count) = running.get_mut(usize::from(*label)) {
-                *count += 1;
+                // At most `block_rows - stride` < 65,536 rows precede a
+                // checkpoint within its block (see `checkpoint_stride`); the
+                // last stride's total is never stored.
+                *count = count.wrapping_add(1);
             }
         }
     }
@@ -123,42 +215,118 @@ fn build_checkpoints(labels: &[u16], block_rows: usize, width: usize) -> Vec<u32
 
 impl DeepSize for LabelChunk {
     fn deep_size_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.labels.capacity() * 2 + self.checkpoints.capacity() * 4
+        std::mem::size_of::<Self>() + self.labels.capacity() * 2 + self.checkpoints.capacity() * 2
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
-    #[test]
-    fn ranks_match_a_linear_count() {
-        let block_rows = 4_096;
-        let raw: Vec<Option<u16>> = (0..10_000u32)
+    /// The label and rank of `position` by a linear count from its block start.
+    fn reference(raw: &[Option<u16>], block_rows: usize, position: usize) -> Option<(u16, u64)> {
+        let label = (*raw.get(position)?)?;
+        let block_start = position - position % block_rows;
+        let rank = raw[block_start..position]
+            .iter()
+            .filter(|l| **l == Some(label))
+            .count() as u64;
+        Some((label, rank))
+    }
+
+    fn sample(len: u32, destinations: u32) -> Vec<Option<u16>> {
+        (0..len)
             .map(|i| {
                 if i % 7 == 0 {
                     None
                 } else {
-                    Some((i * 31 % 5) as u16)
+                    Some((i.wrapping_mul(2_654_435_761) >> 7) as u16 % destinations as u16)
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn ranks_match_a_linear_count() {
+        let block_rows = 4_096;
+        let raw = sample(10_000, 5);
         let chunk = LabelChunk::from_arrays(0, block_rows, 5, &[UInt16Array::from(raw.clone())]);
-        for position in [0usize, 1, 1_023, 1_024, 1_025, 4_095, 4_096, 4_097, 9_999] {
-            let expected = raw[position].map(|label| {
-                let block_start = position - position % block_rows;
-                let rank = raw[block_start..position]
-                    .iter()
-                    .filter(|l| **l == Some(label))
-                    .count() as u64;
-                (label, rank)
-            });
+        assert_eq!(chunk.stride(), 64);
+        for position in [
+            0usize, 1, 63, 64, 65, 1_023, 1_024, 4_095, 4_096, 4_097, 9_999,
+        ] {
             assert_eq!(
                 chunk.label_and_rank(position),
-                expected,
+                reference(&raw, block_rows, position),
                 "position {position}"
             );
         }
         assert_eq!(chunk.label_and_rank(10_000), None);
+    }
+
+    #[test]
+    fn checkpoints_weigh_at_most_half_a_byte_per_row() {
+        assert_eq!(checkpoint_stride(65_536, 16), Some(64));
+        assert_eq!(checkpoint_stride(65_536, 17), Some(128));
+        assert_eq!(checkpoint_stride(65_536, 256), Some(1_024));
+        assert_eq!(checkpoint_stride(65_536, 8_192), Some(32_768));
+        assert_eq!(checkpoint_stride(65_536, 16_384), None);
+        assert_eq!(checkpoint_stride(4_096, 1_024), None);
+        let raw = sample(131_072, 16);
+        let chunk = LabelChunk::from_arrays(0, 65_536, 16, &[UInt16Array::from(raw)]);
+        // 2,048 strides × 16 two-byte counts, next to 262,144 bytes of labels.
+        assert_eq!(chunk.checkpoints.len(), 2_048 * 16);
+        assert!(chunk.deep_size_bytes() >= 131_072 * 2 + 2_048 * 16 * 2);
+    }
+
+    #[test]
+    fn cursor_walks_match_the_reference_across_blocks() {
+        let block_rows = 1_024;
+        for destinations in [1u32, 5, 16, 300] {
+            let raw = sample(5_000, destinations);
+            let chunk = LabelChunk::from_arrays(
+                0,
+                block_rows,
+                destinations as usize,
+                &[UInt16Array::from(raw.clone())],
+            );
+            let mut cursor = RankCursor::new();
+            // Ascending with duplicates, then descending, over block edges.
+            let walk: Vec<usize> = (0..5_000)
+                .step_by(3)
+                .chain([4_999, 4_999, 1_023, 1_024, 0, 2_047, 2_048, 1_000])
+                .collect();
+            for position in walk {
+                assert_eq!(
+                    chunk.label_and_rank_with(position, &mut cursor),
+                    reference(&raw, block_rows, position),
+                    "{destinations} destinations, position {position}"
+                );
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_walk_matches_the_reference(
+            raw in proptest::collection::vec(proptest::option::weighted(0.9, 0u16..6), 1..3_000),
+            positions in proptest::collection::vec(0usize..3_100, 1..400),
+            block_shift in 7u32..12,
+            ascending in any::<bool>(),
+        ) {
+            let block_rows = 1usize << block_shift;
+            let chunk = LabelChunk::from_arrays(0, block_rows, 6, &[UInt16Array::from(raw.clone())]);
+            let mut positions = positions;
+            if ascending {
+                positions.sort_unstable();
+            }
+            let mut cursor = RankCursor::new();
+            for position in positions {
+                let want = reference(&raw, block_rows, position);
+                prop_assert_eq!(chunk.label_and_rank(position), want);
+                prop_assert_eq!(chunk.label_and_rank_with(position, &mut cursor), want);
+            }
+        }
     }
 }

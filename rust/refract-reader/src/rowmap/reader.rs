@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::counts::{CountsMatrix, BLOCK_ROWS};
 use super::file::{RowMapFile, MAX_TAIL_BYTES};
-use super::labels::LabelChunk;
+use super::labels::{LabelChunk, RankCursor};
 use super::row_map_path;
 
 /// Blocks per cached chunk (32 × 65,536 labels ≈ 4 MiB decoded).
@@ -56,6 +56,13 @@ pub struct RowMapSource {
     pub fragment_id: u64,
     /// Physical rows.
     pub physical_rows: u64,
+}
+
+/// The source of the previous address of a batch: (fragment id, first global
+/// row, physical rows).
+#[derive(Debug, Default)]
+struct SourceCursor {
+    last: Option<(u64, u64, u64)>,
 }
 
 /// An opened, validated row map. Opening reads the counts only; labels are read
@@ -165,8 +172,10 @@ impl RowMapReader {
     /// keeping input order and duplicates. An address outside the sources is
     /// `InvalidInput`, as is a batch of more than [`MAX_TRANSLATION_BATCH`].
     ///
-    /// Requests are sorted by row so each touched chunk (cached) or block
-    /// (uncached) is fetched once per batch; untouched ones are never read.
+    /// Requests are sorted by row (an ascending batch, the common case, needs
+    /// no sort) so each touched chunk (cached) or block (uncached) is fetched
+    /// once per batch; untouched ones are never read. Within a unit, ranks
+    /// are computed incrementally (see [`LabelChunk::label_and_rank_with`]).
     pub async fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
         if batch.len() > MAX_TRANSLATION_BATCH {
             return Err(Error::invalid_input(format!(
@@ -175,13 +184,17 @@ impl RowMapReader {
             )));
         }
         let mut requests = Vec::with_capacity(batch.len());
+        let mut sources = SourceCursor::default();
         for (slot, &address) in batch.iter().enumerate() {
-            requests.push((self.global_row(address)?, slot));
+            requests.push((self.global_row(address, &mut sources)?, slot));
         }
-        requests.sort_unstable();
+        if !requests.windows(2).all(|pair| pair[0] <= pair[1]) {
+            requests.sort_unstable();
+        }
         out.clear();
         out.resize(batch.len(), None);
         let unit_rows = self.unit_rows();
+        let mut cursor = RankCursor::new();
         let mut start = 0usize;
         while let Some(&(first_row, _)) = requests.get(start) {
             let unit = first_row / unit_rows;
@@ -191,8 +204,9 @@ impl RowMapReader {
                     .take_while(|(row, _)| row / unit_rows == unit)
                     .count();
             let chunk = self.unit(unit).await?;
+            cursor.reset();
             for &(row, slot) in &requests[start..end] {
-                let destination = self.destination(&chunk, row)?;
+                let destination = self.destination(&chunk, row, &mut cursor)?;
                 // `slot` enumerates `batch`, and `out` has the batch's length.
                 out[slot] = destination;
             }
@@ -232,19 +246,28 @@ impl RowMapReader {
         }
     }
 
-    fn global_row(&self, address: u64) -> Result<u64> {
+    /// The global row of `address`; `cursor` remembers the last source so a
+    /// run of one fragment's addresses searches the sources once.
+    fn global_row(&self, address: u64, cursor: &mut SourceCursor) -> Result<u64> {
         let address = RowAddress::from(address);
         let fragment = u64::from(address.fragment_id());
         let offset = u64::from(address.offset());
-        let slot = self
-            .source_starts
-            .binary_search_by_key(&fragment, |(id, _, _)| *id)
-            .map_err(|_| {
-                Error::invalid_input(format!(
-                    "address {address} is not in a source of this row map"
-                ))
-            })?;
-        let (_, start, rows) = self.source_starts[slot];
+        let (start, rows) = match cursor.last {
+            Some((id, start, rows)) if id == fragment => (start, rows),
+            _ => {
+                let slot = self
+                    .source_starts
+                    .binary_search_by_key(&fragment, |(id, _, _)| *id)
+                    .map_err(|_| {
+                        Error::invalid_input(format!(
+                            "address {address} is not in a source of this row map"
+                        ))
+                    })?;
+                let (_, start, rows) = self.source_starts[slot];
+                cursor.last = Some((fragment, start, rows));
+                (start, rows)
+            }
+        };
         if offset >= rows {
             return Err(Error::invalid_input(format!(
                 "address {address} is beyond the source's {rows} rows"
@@ -253,7 +276,12 @@ impl RowMapReader {
         Ok(start + offset)
     }
 
-    fn destination(&self, chunk: &LabelChunk, row: u64) -> Result<Option<u64>> {
+    fn destination(
+        &self,
+        chunk: &LabelChunk,
+        row: u64,
+        cursor: &mut RankCursor,
+    ) -> Result<Option<u64>> {
         let position = row
             .checked_sub(chunk.first_row)
             .and_then(|p| usize::try_from(p).ok())
@@ -261,7 +289,7 @@ impl RowMapReader {
             .ok_or_else(|| {
                 Error::corrupt("row map", format!("row {row} is not in its label chunk"))
             })?;
-        let Some((label, rank)) = chunk.label_and_rank(position) else {
+        let Some((label, rank)) = chunk.label_and_rank_with(position, cursor) else {
             return Ok(None);
         };
         let block = row / u64::from(self.counts.block_rows());
