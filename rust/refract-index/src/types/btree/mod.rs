@@ -35,7 +35,6 @@ mod reader;
 mod remap;
 #[cfg(test)]
 mod tests;
-mod translate;
 
 use std::sync::Arc;
 
@@ -51,6 +50,8 @@ use serde::{Deserialize, Serialize};
 use crate::keys::KeyKind;
 use crate::types::{IndexContext, IndexParams, IndexSegmentReader, IndexType, Translator};
 
+/// Addresses file name (layout 2) and its column, shared with other index types.
+pub use crate::types::addresses::{ADDRESSES_FILE, ADDR_COLUMN};
 pub use lookup::PageEntry;
 pub use reader::BTreeSegment;
 
@@ -64,16 +65,12 @@ pub const LEGACY_BTREE_VERSION: u32 = 1;
 pub const DEFAULT_PAGE_ROWS: u32 = 4096;
 /// Sorted values file name (layout 2).
 pub const VALUES_FILE: &str = "values.lance";
-/// Addresses file name (layout 2).
-pub const ADDRESSES_FILE: &str = "addresses.lance";
 /// Values-and-addresses file name of layout 1.
 pub const LEGACY_PAGE_DATA_FILE: &str = "page_data.lance";
 /// Lookup file name.
 pub const PAGE_LOOKUP_FILE: &str = "page_lookup.lance";
 /// Name of the value column in the index files.
 pub const VALUE_COLUMN: &str = "value";
-/// Name of the address column in the index files.
-pub const ADDR_COLUMN: &str = "_rowaddr";
 /// An address-only remap keeps at most `entries / TOMBSTONE_DIVISOR`
 /// tombstones (one in eight); one that would keep more rewrites the whole
 /// segment without them. Searches read at most 1/7 more entries than live ones.

@@ -10,10 +10,11 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileWriter, RelativePath};
 
-use super::files::{addresses_schema, values_schema};
+use super::files::values_schema;
 use super::{
     concat, data_schema, BTreeDetails, ADDRESSES_FILE, BTREE_VERSION, PAGE_LOOKUP_FILE, VALUES_FILE,
 };
+use crate::types::addresses::addresses_schema;
 use crate::types::IndexContext;
 
 /// Lookup columns.

@@ -28,16 +28,14 @@ use arrow_array::{Array, RecordBatch, UInt64Array};
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileWriter, RelativePath};
 
-use super::files::{
-    addresses_schema, bounded_pieces, Caching, SegmentFiles, ADDRESS_READ_ROWS, VALUE_READ_ROWS,
-};
+use super::files::{bounded_pieces, Caching, SegmentFiles, ADDRESS_READ_ROWS, VALUE_READ_ROWS};
 use super::pages::PageWriter;
-use super::translate::AddressTranslation;
 use super::{
     data_schema, filter, BTreeDetails, ADDRESSES_FILE, ADDR_COLUMN, BTREE_VERSION,
     PAGE_LOOKUP_FILE, TOMBSTONE_DIVISOR, VALUES_FILE, VALUE_COLUMN,
 };
 use crate::keys::{downcast, KeyColumn};
+use crate::types::addresses::{addresses_schema, AddressTranslation};
 use crate::types::{IndexContext, Translator, MAX_TRANSLATION_BATCH};
 
 /// Longest equal-value run carried across slices to keep its addresses sorted.

@@ -477,7 +477,7 @@ async fn damaged_addresses_file_is_a_typed_error(#[case] damage: Damage) {
             .await
             .unwrap(),
         Damage::FewerRows => {
-            let schema = super::files::addresses_schema();
+            let schema = crate::types::addresses::addresses_schema();
             let mut writer = LanceFileWriter::create(&ctx.store, &path, schema.clone())
                 .await
                 .unwrap();
