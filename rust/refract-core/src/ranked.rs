@@ -97,6 +97,14 @@ impl RankedOffsets {
         let Some(max) = survivors.max() else {
             return RankedOffsets::Sparse(Box::new([]));
         };
+        // One contiguous run of two or more survivors (a fragment that lost no
+        // rows): runs are the smallest layout, known without visiting the rows.
+        if count >= 2 && survivors.min().is_some_and(|min| (max - min) as usize + 1 == count) {
+            return RankedOffsets::Runs {
+                starts: Box::new([max + 1 - count as u32]),
+                cumulative_end: Box::new([count as u32]),
+            };
+        }
         let runs = count_runs(survivors);
         let sparse_bytes = count * 4;
         let dense_bytes = (max as usize / 64 + 1) * 12;
@@ -290,6 +298,22 @@ mod tests {
         let r = RankedOffsets::build(&bitmap);
         assert_eq!(r.layout(), layout);
         assert_eq!(r.len(), offsets.len() as u64);
+        assert_eq!(ranks_all(&r, 80_000), expected(&bitmap, 80_000));
+    }
+
+    #[rstest]
+    #[case::from_zero(0..1_000)]
+    #[case::shifted(37..70_000)]
+    #[case::two(5..7)]
+    fn contiguous_survivors_are_one_run(#[case] offsets: std::ops::Range<u32>) {
+        let bitmap: RoaringBitmap = offsets.clone().collect();
+        let r = RankedOffsets::build(&bitmap);
+        assert_eq!(r.layout(), RankedLayout::Runs);
+        assert_eq!(
+            r,
+            RankedOffsets::build_runs(&bitmap, 1),
+            "the shortcut builds what the general path builds"
+        );
         assert_eq!(ranks_all(&r, 80_000), expected(&bitmap, 80_000));
     }
 
