@@ -183,34 +183,55 @@ impl RowMapReader {
                 batch.len()
             )));
         }
-        let mut requests = Vec::with_capacity(batch.len());
         let mut sources = SourceCursor::default();
-        for (slot, &address) in batch.iter().enumerate() {
-            requests.push((self.global_row(address, &mut sources)?, slot));
-        }
-        if !requests.windows(2).all(|pair| pair[0] <= pair[1]) {
-            requests.sort_unstable();
+        let mut rows = Vec::with_capacity(batch.len());
+        for &address in batch {
+            rows.push(self.global_row(address, &mut sources)?);
         }
         out.clear();
-        out.resize(batch.len(), None);
+        if rows.windows(2).all(|pair| pair[0] <= pair[1]) {
+            // Ascending (the rewrite's case): results in input order directly.
+            out.reserve(rows.len());
+            self.resolve_sorted(rows.iter().copied(), |destination| out.push(destination))
+                .await
+        } else {
+            let mut requests: Vec<(u64, usize)> = rows.into_iter().zip(0..).collect();
+            requests.sort_unstable();
+            out.resize(batch.len(), None);
+            let mut slots = requests.iter().map(|(_, slot)| *slot);
+            self.resolve_sorted(requests.iter().map(|(row, _)| *row), |destination| {
+                // One result per request, and every slot indexes `out`.
+                if let Some(slot) = slots.next() {
+                    out[slot] = destination;
+                }
+            })
+            .await
+        }
+    }
+
+    /// Resolves ascending global `rows` in order, passing each destination to
+    /// `emit`: every touched unit is fetched once, ranks walk incrementally.
+    async fn resolve_sorted(
+        &self,
+        rows: impl Iterator<Item = u64>,
+        mut emit: impl FnMut(Option<u64>),
+    ) -> Result<()> {
         let unit_rows = self.unit_rows();
         let mut cursor = RankCursor::new();
-        let mut start = 0usize;
-        while let Some(&(first_row, _)) = requests.get(start) {
-            let unit = first_row / unit_rows;
-            let end = start
-                + requests[start..]
-                    .iter()
-                    .take_while(|(row, _)| row / unit_rows == unit)
-                    .count();
-            let chunk = self.unit(unit).await?;
-            cursor.reset();
-            for &(row, slot) in &requests[start..end] {
-                let destination = self.destination(&chunk, row, &mut cursor)?;
-                // `slot` enumerates `batch`, and `out` has the batch's length.
-                out[slot] = destination;
-            }
-            start = end;
+        // The current unit: its rows and labels.
+        let mut current: Option<(std::ops::Range<u64>, Arc<LabelChunk>)> = None;
+        for row in rows {
+            let chunk = match &current {
+                Some((range, chunk)) if range.contains(&row) => chunk,
+                _ => {
+                    cursor.reset();
+                    let unit = row / unit_rows;
+                    let start = unit * unit_rows;
+                    let range = start..start.saturating_add(unit_rows);
+                    &current.insert((range, self.unit(unit).await?)).1
+                }
+            };
+            emit(self.destination(chunk, row, &mut cursor)?);
         }
         Ok(())
     }
@@ -292,7 +313,12 @@ impl RowMapReader {
         let Some((label, rank)) = chunk.label_and_rank_with(position, cursor) else {
             return Ok(None);
         };
-        let block = row / u64::from(self.counts.block_rows());
+        // Decoding accepts only `BLOCK_ROWS` (a power of two): a shift.
+        let block = if self.counts.block_rows() == BLOCK_ROWS {
+            row >> BLOCK_ROWS.trailing_zeros()
+        } else {
+            row / u64::from(self.counts.block_rows())
+        };
         let before = self.counts.before(block, label).ok_or_else(|| {
             Error::corrupt("row map", format!("label {label} has no destination"))
         })?;
