@@ -14,7 +14,8 @@ use super::file::{RowMapFile, MAX_TAIL_BYTES};
 use super::labels::{LabelChunk, RankCursor};
 use super::row_map_path;
 
-/// Blocks per cached chunk (32 × 65,536 labels ≈ 4 MiB decoded).
+/// Blocks per cached chunk (32 × 65,536 labels ≈ 4 MiB decoded, plus rank
+/// checkpoints of at most half a byte per label).
 pub const BLOCKS_PER_CHUNK: u64 = 32;
 /// Generous estimate of one page's column metadata (encoding description,
 /// buffer offsets and sizes).
