@@ -99,7 +99,11 @@ impl RankedOffsets {
         };
         // One contiguous run of two or more survivors (a fragment that lost no
         // rows): runs are the smallest layout, known without visiting the rows.
-        if count >= 2 && survivors.min().is_some_and(|min| (max - min) as usize + 1 == count) {
+        if count >= 2
+            && survivors
+                .min()
+                .is_some_and(|min| (max - min) as usize + 1 == count)
+        {
             return RankedOffsets::Runs {
                 starts: Box::new([max + 1 - count as u32]),
                 cumulative_end: Box::new([count as u32]),
