@@ -6,7 +6,7 @@
 mod common;
 
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray, UInt64Array};
-use common::{batch, dataset_with_fragments, fragment_sizes, schema, scan_ids};
+use common::{batch, dataset_with_fragments, fragment_sizes, scan_ids, schema};
 use refract_optimize::compaction::{
     commit_compaction, execute_plan, plan_compaction, CompactionOptions, RewriteResult,
 };
@@ -54,7 +54,9 @@ fn ids(batch: &RecordBatch) -> Vec<i64> {
 fn texts(batch: &RecordBatch) -> Vec<String> {
     let column = batch.column_by_name("text").unwrap();
     let texts = column.as_any().downcast_ref::<StringArray>().unwrap();
-    (0..texts.len()).map(|i| texts.value(i).to_string()).collect()
+    (0..texts.len())
+        .map(|i| texts.value(i).to_string())
+        .collect()
 }
 
 fn addresses(batch: &RecordBatch) -> Vec<u64> {

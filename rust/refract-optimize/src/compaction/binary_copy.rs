@@ -140,7 +140,10 @@ fn all_physical_rows(sources: &[Fragment]) -> Result<RoaringTreemap> {
 /// Removes outputs of a task that is falling back to re-encoding.
 async fn delete_written(dataset: &Dataset, written: &[WrittenFile]) -> Result<()> {
     for file in written {
-        dataset.store().delete(&RelativePath::parse(&file.path)?).await?;
+        dataset
+            .store()
+            .delete(&RelativePath::parse(&file.path)?)
+            .await?;
     }
     Ok(())
 }
@@ -211,7 +214,13 @@ mod tests {
     #[test]
     fn surviving_rows_are_every_physical_row() {
         let surviving = all_physical_rows(&[fragment(7, 3), fragment(2, 2)]).unwrap();
-        let expected: Vec<u64> = vec![2 << 32, (2 << 32) + 1, 7 << 32, (7 << 32) + 1, (7 << 32) + 2];
+        let expected: Vec<u64> = vec![
+            2 << 32,
+            (2 << 32) + 1,
+            7 << 32,
+            (7 << 32) + 1,
+            (7 << 32) + 2,
+        ];
         assert_eq!(surviving.iter().collect::<Vec<_>>(), expected);
     }
 }

@@ -116,8 +116,12 @@ impl CompactionTask {
                 self.binary_copy_min_source_rows,
             );
             if let Some(copied) = copy.await? {
-                let mut result =
-                    self.result(&sources, copied.new_files, &copied.surviving, copied.rows_read)?;
+                let mut result = self.result(
+                    &sources,
+                    copied.new_files,
+                    &copied.surviving,
+                    copied.rows_read,
+                )?;
                 result.pages_copied = true;
                 return Ok(result);
             }

@@ -72,7 +72,12 @@ pub async fn concat_lance_files(
     let lance_schema = lance_core::datatypes::Schema::try_from(schema)
         .map_err(|e| Error::invalid_input(format!("schema of Lance file {output}: {e}")))?;
     let target = FileConcatTarget::new(FILE_VERSION, Arc::new(lance_schema));
-    let task = tokio::spawn(run_concat(store.clone(), inputs.to_vec(), target, output.clone()));
+    let task = tokio::spawn(run_concat(
+        store.clone(),
+        inputs.to_vec(),
+        target,
+        output.clone(),
+    ));
     match task.await {
         Ok(result) => result,
         // Inputs are files of this dataset, but a panic on crafted bytes must
@@ -101,7 +106,10 @@ async fn ensure_absent(store: &DatasetStore, output: &RelativePath) -> Result<()
 
 /// lance-io cannot read anything shorter than the fixed footer.
 fn check_input_sizes(inputs: &[ConcatInput]) -> Result<()> {
-    match inputs.iter().find(|input| input.size_bytes < LANCE_FOOTER_LEN) {
+    match inputs
+        .iter()
+        .find(|input| input.size_bytes < LANCE_FOOTER_LEN)
+    {
         Some(input) => Err(Error::corrupt(
             format!("Lance file {}", input.path),
             format!(
@@ -120,7 +128,8 @@ async fn run_concat(
     output: RelativePath,
 ) -> Result<ConcatOutcome> {
     let lance_store = store.lance_store().clone();
-    let scheduler = ScanScheduler::new(lance_store.clone(), SchedulerConfig::new(READ_BUFFER_BYTES));
+    let scheduler =
+        ScanScheduler::new(lance_store.clone(), SchedulerConfig::new(READ_BUFFER_BYTES));
     let mut encoded = Vec::with_capacity(inputs.len());
     for input in &inputs {
         let file = scheduler
@@ -145,9 +154,9 @@ async fn run_concat(
             num_rows: written.num_rows,
             size_bytes: written.size_bytes,
         }),
-        FileConcatResult::Reused(index, _) => ConcatOutcome::Unsupported(format!(
-            "input {index} already is the whole output"
-        )),
+        FileConcatResult::Reused(index, _) => {
+            ConcatOutcome::Unsupported(format!("input {index} already is the whole output"))
+        }
         FileConcatResult::Unsupported(reason) => ConcatOutcome::Unsupported(reason.to_string()),
     })
 }
