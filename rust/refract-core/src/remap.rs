@@ -246,45 +246,29 @@ impl CompactRemap {
     /// Streams the translation of the offsets `part` of fragment `fragment` to
     /// `sink`, with [`crate::Translator`] semantics (an address the remap does not
     /// know maps to itself, a deleted row is skipped), walking ranks and ranges
-    /// incrementally: no per-address fragment lookup and no result buffer.
+    /// incrementally like [`Self::get_batch`], with no result buffer.
     pub fn translate_part(&self, fragment: u32, part: &RoaringBitmap, sink: &mut dyn FnMut(u64)) {
-        let mut index_hint = 0;
-        let Some(entry) = self.find_entry(u64::from(fragment), &mut index_hint) else {
-            for offset in part {
-                sink(row_address(fragment, offset));
-            }
-            return;
-        };
-        // Index entries are built from the layout, so group and slot exist.
-        let group = &self.groups[entry.group as usize];
-        let old = &group.old[entry.slot as usize];
-        if let Some(base) = shift_base(group, old, part) {
-            // Every row of the part survived and lands in one new fragment:
-            // the whole part moves by one constant.
-            for offset in part {
-                sink(base.wrapping_add(u64::from(offset)));
-            }
-            return;
-        }
-        let (mut rank_hint, mut range_hint) = (0, 0);
-        for offset in part {
-            if offset >= old.physical_rows {
-                sink(row_address(fragment, offset));
-                continue;
-            }
-            let Some(rank) = old.survivors.rank(offset, &mut rank_hint) else {
-                continue;
-            };
-            let k = old.rows_before + rank;
-            // Validation guarantees survivors == new rows, so some range holds k;
-            // like `get_with`, a miss leaves the address unchanged.
-            match last_le_by(&group.ranges, |r| r.rows_before, k, range_hint) {
-                Some(r) => {
-                    range_hint = r;
-                    let range = group.ranges[r];
-                    sink(row_address(range.id, (k - range.rows_before) as u32));
+        if let Some(entry) = self.find_entry(u64::from(fragment), &mut 0) {
+            // Index entries are built from the layout, so group and slot exist.
+            let group = &self.groups[entry.group as usize];
+            let old = &group.old[entry.slot as usize];
+            if let Some(base) = shift_base(group, old, part) {
+                // Every row of the part survived and lands in one new fragment:
+                // the whole part moves by one constant.
+                for offset in part {
+                    sink(base.wrapping_add(u64::from(offset)));
                 }
-                None => sink(row_address(fragment, offset)),
+                return;
+            }
+        }
+        // The general walk; the cursor keeps the fragment's entry and hints.
+        let mut cursor = LookupCursor::default();
+        for offset in part {
+            let address = row_address(fragment, offset);
+            match self.get_with(address, &mut cursor) {
+                Some(Some(new)) => sink(new),
+                Some(None) => {} // deleted
+                None => sink(address),
             }
         }
     }

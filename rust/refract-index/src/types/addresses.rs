@@ -21,7 +21,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::TryStreamExt;
 use lance_encoding::constants::{DICT_DIVISOR_META_KEY, RLE_THRESHOLD_META_KEY};
 use refract_core::{Error, Result};
-use refract_table::io::LanceFileReader;
+use refract_table::io::{DatasetStore, LanceFileReader, LanceFileWriter, RelativePath};
 
 use crate::types::{Translator, MAX_TRANSLATION_BATCH};
 
@@ -32,6 +32,87 @@ pub const ADDR_COLUMN: &str = "_rowaddr";
 /// Most rows one [`read_column`] call returns, so memory does not follow the
 /// segment size.
 pub(crate) const MAX_COLUMN_READ_ROWS: u64 = 4 * MAX_TRANSLATION_BATCH as u64;
+/// An address-only remap keeps at most `entries / TOMBSTONE_DIVISOR`
+/// tombstones (one in eight); one that would keep more rewrites the whole
+/// segment without them, so dead entries never pile up.
+pub const TOMBSTONE_DIVISOR: u64 = 8;
+
+/// Splits `rows` into consecutive pieces of at most `max` rows (`max` ≥ 1).
+pub(crate) fn bounded_pieces(rows: Range<u64>, max: u64) -> impl Iterator<Item = Range<u64>> {
+    let end = rows.end;
+    let max = max.max(1);
+    (rows.start..end)
+        .step_by(usize::try_from(max).unwrap_or(usize::MAX))
+        .map(move |start| start..end.min(start.saturating_add(max)))
+}
+
+/// The address-only remap shared by the index types: streams the addresses
+/// of `old` through `translator` into a new addresses file at `new_path`, in
+/// reads of [`MAX_COLUMN_READ_ROWS`] and translation batches of
+/// [`MAX_TRANSLATION_BATCH`]; rows that are gone become tombstones. Returns
+/// the tombstones of the new file (old ones included), or `None` — with
+/// nothing written — as soon as they would exceed
+/// `entries / TOMBSTONE_DIVISOR`. `what` names the index in errors.
+pub(crate) async fn write_translated_addresses(
+    store: &DatasetStore,
+    old: &LanceFileReader,
+    new_path: &RelativePath,
+    translator: &dyn Translator,
+    what: &str,
+) -> Result<Option<u64>> {
+    let entries = old.num_rows();
+    let limit = entries / TOMBSTONE_DIVISOR;
+    let mut writer = LanceFileWriter::create(store, new_path, addresses_schema()).await?;
+    let mut tombstones = 0u64;
+    match translate_into(old, &mut writer, translator, limit, &mut tombstones, what).await {
+        Ok(true) => {}
+        Ok(false) => {
+            writer.abort().await;
+            return Ok(None);
+        }
+        Err(err) => {
+            writer.abort().await;
+            return Err(err);
+        }
+    }
+    let written = writer.finish().await?.num_rows;
+    if written != entries {
+        return Err(Error::corrupt(
+            what,
+            format!("wrote {entries} addresses, the file reports {written}"),
+        ));
+    }
+    Ok(Some(tombstones))
+}
+
+/// The loop of [`write_translated_addresses`]; `false` once the tombstones
+/// exceed `limit`.
+async fn translate_into(
+    old: &LanceFileReader,
+    writer: &mut LanceFileWriter,
+    translator: &dyn Translator,
+    limit: u64,
+    tombstones: &mut u64,
+    what: &str,
+) -> Result<bool> {
+    let schema = addresses_schema();
+    let mut translation = AddressTranslation::default();
+    for piece in bounded_pieces(0..old.num_rows(), MAX_COLUMN_READ_ROWS) {
+        let read = read_addresses(old, piece, what).await?;
+        for start in (0..read.len()).step_by(MAX_TRANSLATION_BATCH) {
+            let slice = read.slice(start, MAX_TRANSLATION_BATCH.min(read.len() - start));
+            let new = translation.translate(&slice, translator)?;
+            *tombstones += new.null_count() as u64;
+            if *tombstones > limit {
+                return Ok(false);
+            }
+            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(new)])
+                .map_err(|e| Error::external("assembling translated addresses", e))?;
+            writer.write(&batch).await?;
+        }
+    }
+    Ok(true)
+}
 
 /// The schema of an addresses file (a null address is a tombstone).
 ///

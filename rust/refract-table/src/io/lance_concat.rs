@@ -22,7 +22,8 @@ use lance_io::utils::CachedFileSize;
 use refract_core::{Error, Result};
 
 use super::lance_files::{
-    lance_error, LanceFileSummary, FILE_VERSION, LANCE_FOOTER_LEN, READ_BUFFER_BYTES,
+    check_footer_fits, ensure_absent, lance_error, LanceFileSummary, FILE_VERSION,
+    READ_BUFFER_BYTES,
 };
 use super::paths::RelativePath;
 use super::store::DatasetStore;
@@ -93,32 +94,11 @@ pub async fn concat_lance_files(
     }
 }
 
-/// Refuses to overwrite: data paths are immutable (Lance caches metadata by path).
-async fn ensure_absent(store: &DatasetStore, output: &RelativePath) -> Result<()> {
-    match store.head(output).await {
-        Ok(_) => Err(Error::invalid_input(format!(
-            "Lance file {output} already exists; file paths must be unique"
-        ))),
-        Err(Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// lance-io cannot read anything shorter than the fixed footer.
+/// Every input must at least hold a footer.
 fn check_input_sizes(inputs: &[ConcatInput]) -> Result<()> {
-    match inputs
+    inputs
         .iter()
-        .find(|input| input.size_bytes < LANCE_FOOTER_LEN)
-    {
-        Some(input) => Err(Error::corrupt(
-            format!("Lance file {}", input.path),
-            format!(
-                "{} bytes is shorter than the {LANCE_FOOTER_LEN}-byte footer",
-                input.size_bytes
-            ),
-        )),
-        None => Ok(()),
-    }
+        .try_for_each(|input| check_footer_fits(&input.path, input.size_bytes))
 }
 
 async fn run_concat(

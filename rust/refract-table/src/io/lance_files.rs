@@ -45,7 +45,7 @@ pub(crate) const FILE_VERSION: ConcreteFileVersion = ConcreteFileVersion::V2_2;
 /// Rows per batch for [`LanceFileReader::read_all`] and [`LanceFileReader::take`].
 const DEFAULT_BATCH_ROWS: u32 = 65_536;
 /// Size of the fixed Lance v2 footer; no valid file is shorter.
-pub(crate) const LANCE_FOOTER_LEN: u64 = 40;
+const LANCE_FOOTER_LEN: u64 = 40;
 /// Batches decoded ahead of the consumer.
 const BATCH_READAHEAD: u32 = 4;
 
@@ -117,6 +117,30 @@ pub(crate) fn lance_error(
     }
 }
 
+/// Refuses to overwrite: data and index paths are immutable (Lance caches
+/// metadata by path). An existing file is InvalidInput.
+pub(crate) async fn ensure_absent(store: &DatasetStore, path: &RelativePath) -> Result<()> {
+    match store.head(path).await {
+        Ok(_) => Err(Error::invalid_input(format!(
+            "Lance file {path} already exists; file paths must be unique"
+        ))),
+        Err(Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// lance-io panics on an empty file and cannot decode anything shorter than
+/// its fixed-size footer: such a file is Corrupt before Lance sees it.
+pub(crate) fn check_footer_fits(path: &RelativePath, size: u64) -> Result<()> {
+    if size < LANCE_FOOTER_LEN {
+        return Err(Error::corrupt(
+            format!("Lance file {path}"),
+            format!("{size} bytes is shorter than the {LANCE_FOOTER_LEN}-byte footer"),
+        ));
+    }
+    Ok(())
+}
+
 /// Writes one Lance file at a unique path. Nothing is visible until [`Self::finish`];
 /// dropping the writer leaves no object behind.
 pub struct LanceFileWriter {
@@ -162,15 +186,7 @@ impl LanceFileWriter {
         schema: SchemaRef,
         options: FileWriterOptions,
     ) -> Result<Self> {
-        match store.head(path).await {
-            Ok(_) => {
-                return Err(Error::invalid_input(format!(
-                    "Lance file {path} already exists; file paths must be unique"
-                )))
-            }
-            Err(Error::NotFound { .. }) => {}
-            Err(e) => return Err(e),
-        }
+        ensure_absent(store, path).await?;
         let lance_schema = lance_core::datatypes::Schema::try_from(schema.as_ref())
             .map_err(|e| Error::invalid_input(format!("schema of Lance file {path}: {e}")))?;
         let object_writer = store
@@ -434,14 +450,7 @@ impl LanceFileReader {
             Some(size) => size,
             None => store.head(path).await?,
         };
-        // lance-io panics on an empty file and cannot decode anything shorter than
-        // its fixed-size footer: reject both before Lance sees them.
-        if size < LANCE_FOOTER_LEN {
-            return Err(Error::corrupt(
-                format!("Lance file {path}"),
-                format!("{size} bytes is shorter than the {LANCE_FOOTER_LEN}-byte footer"),
-            ));
-        }
+        check_footer_fits(path, size)?;
         let cache = match caching {
             MetadataCaching::Store => store.lance_cache().clone(),
             MetadataCaching::None => NO_METADATA_CACHE.clone(),
@@ -470,12 +479,7 @@ impl LanceFileReader {
                 "Lance file {path} is {size} bytes; only files up to {PREFETCH_LIMIT_BYTES} bytes are fetched whole"
             )));
         }
-        if size < LANCE_FOOTER_LEN {
-            return Err(Error::corrupt(
-                format!("Lance file {path}"),
-                format!("{size} bytes is shorter than the {LANCE_FOOTER_LEN}-byte footer"),
-            ));
-        }
+        check_footer_fits(path, size)?;
         let bytes = store.get(path).await?;
         if bytes.len() as u64 != size {
             return Err(Error::corrupt(

@@ -135,19 +135,15 @@ impl SegmentFiles {
         Ok(values)
     }
 
+    /// The file holding the addresses (layout 1: the page data file).
+    pub(crate) fn addresses(&self) -> &LanceFileReader {
+        &self.addresses
+    }
+
     /// The addresses of `rows` (at most [`MAX_COLUMN_READ_ROWS`]); nulls are tombstones.
     pub(crate) async fn read_addresses(&self, rows: Range<u64>) -> Result<UInt64Array> {
         read_addresses(&self.addresses, rows, "btree addresses").await
     }
-}
-
-/// Splits `rows` into consecutive pieces of at most `max` rows (`max` ≥ 1).
-pub(crate) fn bounded_pieces(rows: Range<u64>, max: u64) -> impl Iterator<Item = Range<u64>> {
-    let end = rows.end;
-    let max = max.max(1);
-    (rows.start..end)
-        .step_by(usize::try_from(max).unwrap_or(usize::MAX))
-        .map(move |start| start..end.min(start.saturating_add(max)))
 }
 
 /// The type of the `value` column, checked to be indexable.

@@ -71,10 +71,7 @@ pub const LEGACY_PAGE_DATA_FILE: &str = "page_data.lance";
 pub const PAGE_LOOKUP_FILE: &str = "page_lookup.lance";
 /// Name of the value column in the index files.
 pub const VALUE_COLUMN: &str = "value";
-/// An address-only remap keeps at most `entries / TOMBSTONE_DIVISOR`
-/// tombstones (one in eight); one that would keep more rewrites the whole
-/// segment without them. Searches read at most 1/7 more entries than live ones.
-pub const TOMBSTONE_DIVISOR: u64 = 8;
+pub use crate::types::addresses::TOMBSTONE_DIVISOR;
 
 /// What the manifest stores for a btree segment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,10 +10,11 @@ use refract_core::{CacheKey, CacheNamespace, DeepSize, Error, KeyParts, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
 use roaring::RoaringTreemap;
 
-use super::files::{bounded_pieces, Caching, SegmentFiles, ADDRESS_READ_ROWS, VALUE_READ_ROWS};
+use super::files::{Caching, SegmentFiles, ADDRESS_READ_ROWS, VALUE_READ_ROWS};
 use super::lookup::{self, PageEntry};
 use super::{BTreeDetails, PAGE_LOOKUP_FILE};
 use crate::keys::{interval_meets, range_is_empty, Key, KeyColumn, KeyKind};
+use crate::types::addresses::bounded_pieces;
 use crate::types::{IndexContext, IndexQuery, IndexSegmentReader, SearchResult};
 
 /// An opened btree segment.

@@ -26,16 +26,18 @@ use std::sync::Arc;
 use arrow_array::{Array, RecordBatch, UInt64Array};
 
 use refract_core::{Error, Result};
-use refract_table::io::{LanceFileWriter, RelativePath};
+use refract_table::io::RelativePath;
 
-use super::files::{bounded_pieces, Caching, SegmentFiles, ADDRESS_READ_ROWS, VALUE_READ_ROWS};
+use super::files::{Caching, SegmentFiles, VALUE_READ_ROWS};
 use super::pages::PageWriter;
 use super::{
     data_schema, filter, BTreeDetails, ADDRESSES_FILE, ADDR_COLUMN, BTREE_VERSION,
-    PAGE_LOOKUP_FILE, TOMBSTONE_DIVISOR, VALUES_FILE, VALUE_COLUMN,
+    PAGE_LOOKUP_FILE, VALUES_FILE, VALUE_COLUMN,
 };
 use crate::keys::{downcast, KeyColumn};
-use crate::types::addresses::{addresses_schema, AddressTranslation};
+use crate::types::addresses::{
+    bounded_pieces, write_translated_addresses, AddressTranslation, TOMBSTONE_DIVISOR,
+};
 use crate::types::{IndexContext, Translator, MAX_TRANSLATION_BATCH};
 
 /// Longest equal-value run carried across slices to keep its addresses sorted.
@@ -74,35 +76,20 @@ async fn remap_addresses(
     translator: &dyn Translator,
 ) -> Result<Option<BTreeDetails>> {
     let entries = files.entries();
-    let limit = entries / TOMBSTONE_DIVISOR;
-    let mut tombstones = details.tombstones;
-    if tombstones > limit {
+    if details.tombstones > entries / TOMBSTONE_DIVISOR {
         return Ok(None);
     }
-    let mut writer = LanceFileWriter::create(
+    let Some(tombstones) = write_translated_addresses(
         &ctx.store,
+        files.addresses(),
         &new_dir.join(ADDRESSES_FILE)?,
-        addresses_schema(),
+        translator,
+        "btree addresses",
     )
-    .await?;
-    match translate_addresses(files, &mut writer, translator, limit, &mut tombstones).await {
-        Ok(true) => {}
-        Ok(false) => {
-            writer.abort().await;
-            return Ok(None);
-        }
-        Err(err) => {
-            writer.abort().await;
-            return Err(err);
-        }
-    }
-    let written = writer.finish().await?.num_rows;
-    if written != entries {
-        return Err(Error::corrupt(
-            "btree addresses",
-            format!("wrote {entries} rows, the file reports {written}"),
-        ));
-    }
+    .await?
+    else {
+        return Ok(None);
+    };
     for name in [VALUES_FILE, PAGE_LOOKUP_FILE] {
         ctx.store
             .copy(&old_dir.join(name)?, &new_dir.join(name)?)
@@ -115,36 +102,6 @@ async fn remap_addresses(
         version: BTREE_VERSION,
         tombstones,
     }))
-}
-
-/// Streams the old addresses through `translator` into `writer`, in reads of
-/// [`ADDRESS_READ_ROWS`] and translation batches of [`MAX_TRANSLATION_BATCH`],
-/// counting tombstones. `false` as soon as they exceed `limit`.
-async fn translate_addresses(
-    files: &SegmentFiles,
-    writer: &mut LanceFileWriter,
-    translator: &dyn Translator,
-    limit: u64,
-    tombstones: &mut u64,
-) -> Result<bool> {
-    let schema = addresses_schema();
-    let mut translation = AddressTranslation::default();
-    for piece in bounded_pieces(0..files.entries(), ADDRESS_READ_ROWS) {
-        let read = files.read_addresses(piece).await?;
-        for start in (0..read.len()).step_by(MAX_TRANSLATION_BATCH) {
-            let old = read.slice(start, MAX_TRANSLATION_BATCH.min(read.len() - start));
-            let new = translation.translate(&old, translator)?;
-            // Translation keeps every tombstone, so the count only grows.
-            *tombstones += new.null_count().saturating_sub(old.null_count()) as u64;
-            if *tombstones > limit {
-                return Ok(false);
-            }
-            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(new)])
-                .map_err(|e| Error::external("assembling btree addresses", e))?;
-            writer.write(&batch).await?;
-        }
-    }
-    Ok(true)
 }
 
 /// The full rewrite: drops tombstones and gone rows, re-cuts pages and lookup.

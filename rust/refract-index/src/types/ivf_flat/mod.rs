@@ -10,7 +10,7 @@
 //! Training is deterministic (seeded k-means++ and capped Lloyd iterations).
 //! Remap never retrains and never reassigns. It translates the addresses in
 //! batches of at most [`MAX_TRANSLATION_BATCH`]; vectors never change, so
-//! unless more than one entry in [`TOMBSTONE_REWRITE_DIVISOR`] would be gone,
+//! unless more than one entry in [`super::addresses::TOMBSTONE_DIVISOR`] would be gone,
 //! the vectors file is copied server-side and only the addresses are
 //! rewritten (gone rows become tombstones). Otherwise both files are
 //! rewritten without the gone rows and the partition sizes recomputed.
@@ -34,7 +34,10 @@ use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, LanceFileWriter, RelativePath};
 use serde::{Deserialize, Serialize};
 
-use super::addresses::{addresses_schema, is_addresses_schema, read_addresses, AddressTranslation};
+use super::addresses::{
+    addresses_schema, bounded_pieces, is_addresses_schema, read_addresses,
+    write_translated_addresses, AddressTranslation,
+};
 use super::{
     IndexContext, IndexParams, IndexSegmentReader, IndexType, Metric, Translator,
     MAX_TRANSLATION_BATCH,
@@ -190,57 +193,10 @@ fn addresses_batch(addrs: UInt64Array) -> Result<RecordBatch> {
         .map_err(|e| Error::external("assembling ivf_flat addresses", e))
 }
 
-/// Rows each remap step reads and translates: one translation batch.
+/// Rows each full-rewrite step reads and translates: one translation batch.
 const REMAP_STEP_ROWS: u64 = MAX_TRANSLATION_BATCH as u64;
-
-/// A remap drops tombstones physically (rewriting the vectors) once more than
-/// one entry in this many would be a tombstone; below that it copies the
-/// vectors file and rewrites only the addresses.
-const TOMBSTONE_REWRITE_DIVISOR: u64 = 8;
-
-/// The file row ranges a remap walks, [`REMAP_STEP_ROWS`] at a time.
-fn remap_steps(rows: u64) -> impl Iterator<Item = Range<u64>> {
-    (0..rows)
-        .step_by(REMAP_STEP_ROWS as usize)
-        .map(move |start| start..(start + REMAP_STEP_ROWS).min(rows))
-}
-
-/// Entries that would be tombstones after translating every stored address.
-async fn count_tombstones(
-    old: &OpenedFile,
-    translator: &dyn Translator,
-    translation: &mut AddressTranslation,
-) -> Result<u64> {
-    let mut tombstones = 0u64;
-    for rows in remap_steps(old.addresses.num_rows()) {
-        let stored = read_addresses(&old.addresses, rows, "ivf_flat index file").await?;
-        tombstones += translation.translate(&stored, translator)?.null_count() as u64;
-    }
-    Ok(tombstones)
-}
-
-/// Remap that keeps every entry: copies the vectors file (server-side, no
-/// decode) and writes the translated addresses, gone rows as tombstones.
-async fn remap_addresses_only(
-    ctx: &IndexContext,
-    old_dir: &RelativePath,
-    old: &OpenedFile,
-    new_dir: &RelativePath,
-    translator: &dyn Translator,
-    translation: &mut AddressTranslation,
-) -> Result<()> {
-    let mut writer =
-        LanceFileWriter::create(&ctx.store, &addresses_path(new_dir)?, addresses_schema()).await?;
-    for rows in remap_steps(old.addresses.num_rows()) {
-        let stored = read_addresses(&old.addresses, rows, "ivf_flat index file").await?;
-        let translated = translation.translate(&stored, translator)?;
-        writer.write(&addresses_batch(translated)?).await?;
-    }
-    writer.finish().await?;
-    ctx.store
-        .copy(&vectors_path(old_dir)?, &vectors_path(new_dir)?)
-        .await
-}
+/// What errors call these files.
+const WHAT: &str = "ivf_flat index file";
 
 /// Remap that drops tombstones: rewrites both files with only the live
 /// entries, keeping partition order, and returns the new layout.
@@ -249,8 +205,8 @@ async fn remap_rewriting(
     old: &OpenedFile,
     new_dir: &RelativePath,
     translator: &dyn Translator,
-    translation: &mut AddressTranslation,
 ) -> Result<IvfLayout> {
+    let mut translation = AddressTranslation::default();
     let dim = old.layout.dim;
     let mut lengths = vec![0u64; old.layout.partitions()];
     let mut vectors =
@@ -258,8 +214,8 @@ async fn remap_rewriting(
     let mut addresses =
         LanceFileWriter::create(&ctx.store, &addresses_path(new_dir)?, addresses_schema()).await?;
     let mut last = 0u32;
-    for rows in remap_steps(old.vectors.num_rows()) {
-        let stored = read_addresses(&old.addresses, rows.clone(), "ivf_flat index file").await?;
+    for rows in bounded_pieces(0..old.vectors.num_rows(), REMAP_STEP_ROWS) {
+        let stored = read_addresses(&old.addresses, rows.clone(), WHAT).await?;
         let translated = translation.translate(&stored, translator)?;
         let batch = read_vectors(&old.vectors, rows).await?;
         count_live(&batch, &translated, &mut lengths, &mut last)?;
@@ -398,13 +354,24 @@ impl IndexType for IvfFlatIndex {
     ) -> Result<Vec<u8>> {
         let details = IvfFlatDetails::decode(details)?;
         let old = open_file(ctx, old_dir, &details).await?;
-        let mut translation = AddressTranslation::default();
-        let tombstones = count_tombstones(&old, translator, &mut translation).await?;
-        if tombstones * TOMBSTONE_REWRITE_DIVISOR > old.vectors.num_rows() {
-            let layout = remap_rewriting(ctx, &old, new_dir, translator, &mut translation).await?;
-            return IvfFlatDetails::for_layout(&layout, details.metric)?.encode();
-        }
-        remap_addresses_only(ctx, old_dir, &old, new_dir, translator, &mut translation).await?;
-        Ok(IvfFlatDetails::for_layout(&old.layout, details.metric)?.encode()?)
+        let copied = write_translated_addresses(
+            &ctx.store,
+            &old.addresses,
+            &addresses_path(new_dir)?,
+            translator,
+            WHAT,
+        )
+        .await?;
+        let layout = match copied {
+            // Vectors never change: the old file serves the new segment as is.
+            Some(_) => {
+                ctx.store
+                    .copy(&vectors_path(old_dir)?, &vectors_path(new_dir)?)
+                    .await?;
+                old.layout
+            }
+            None => remap_rewriting(ctx, &old, new_dir, translator).await?,
+        };
+        IvfFlatDetails::for_layout(&layout, details.metric)?.encode()
     }
 }

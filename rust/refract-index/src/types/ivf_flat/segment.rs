@@ -12,7 +12,7 @@ use super::distance::{distance, partition_distance};
 use super::layout::{vector_values, IvfLayout, VECTOR_COLUMN};
 use super::topk::TopK;
 use super::{open_file, IvfFlatDetails};
-use crate::types::addresses::{read_addresses, read_column};
+use crate::types::addresses::{bounded_pieces, read_addresses, read_column};
 use crate::types::{IndexContext, IndexQuery, IndexSegmentReader, Metric, SearchResult};
 
 /// Rows per read of a partition (one translation batch).
@@ -77,10 +77,7 @@ impl IvfFlatSegment {
     /// read of vectors and addresses at a time.
     async fn scan_rows(&self, rows: Range<u64>, query: &[f32], top: &mut TopK) -> Result<()> {
         let dim = self.layout.dim;
-        let mut start = rows.start;
-        while start < rows.end {
-            let step = start..(start + READ_BATCH_ROWS).min(rows.end);
-            start = step.end;
+        for step in bounded_pieces(rows, READ_BATCH_ROWS) {
             let vectors = read_column(&self.vectors, VECTOR_COLUMN, step.clone(), WHAT).await?;
             let batch = RecordBatch::try_from_iter([(VECTOR_COLUMN, vectors)])
                 .map_err(|e| Error::external("assembling ivf_flat vectors", e))?;
@@ -152,11 +149,7 @@ impl IndexSegmentReader for IvfFlatSegment {
 
     async fn stored_addresses(&self) -> Result<RoaringTreemap> {
         let mut all = RoaringTreemap::new();
-        let rows = self.addresses.num_rows();
-        let mut start = 0u64;
-        while start < rows {
-            let step = start..(start + READ_BATCH_ROWS).min(rows);
-            start = step.end;
+        for step in bounded_pieces(0..self.addresses.num_rows(), READ_BATCH_ROWS) {
             let addrs = read_addresses(&self.addresses, step, WHAT).await?;
             all.extend(addrs.iter().flatten());
         }
