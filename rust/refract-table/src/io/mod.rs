@@ -2,6 +2,7 @@
 
 pub mod counting;
 pub mod deletion_file;
+pub mod direct_local;
 pub mod fault;
 pub mod lance_concat;
 pub mod lance_files;
@@ -10,6 +11,7 @@ pub mod store;
 
 pub use counting::{CountingStore, PrefixStats, RequestStats};
 pub use deletion_file::{read_deletion_file, write_deletion_file, DeletionFileRef};
+pub use direct_local::{DirectLocalStore, DIRECT_WRITES_ENV};
 pub use fault::{is_injected_fault, CallKind, FaultInjectingStore, FaultMode, InjectedFault};
 pub use lance_concat::{concat_lance_files, ConcatInput, ConcatOutcome};
 pub use lance_files::{LanceFileReader, LanceFileSummary, LanceFileWriter};

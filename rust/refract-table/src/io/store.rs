@@ -22,6 +22,7 @@ use refract_core::{Error, Result};
 use url::Url;
 
 use super::counting::{CountingStore, RequestStats};
+use super::direct_local::DirectLocalStore;
 use super::paths::RelativePath;
 
 /// Block size given to lance-io: the local-disk default, so sparse takes read
@@ -165,7 +166,8 @@ impl DatasetStore {
         let local = LocalFileSystem::new_with_prefix(&canonical).map_err(|e| {
             Error::external(format!("opening local store at {}", canonical.display()), e)
         })?;
-        let store: Arc<dyn ObjectStore> = Arc::new(local);
+        // Large writes bypass the page cache (see `direct_local`).
+        let store: Arc<dyn ObjectStore> = Arc::new(DirectLocalStore::new(local));
         let uri = canonical.display().to_string();
         Ok(DatasetStore::from_object_store(store, &uri))
     }
