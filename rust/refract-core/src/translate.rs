@@ -40,6 +40,17 @@ pub trait Translator: Send + Sync {
         let _ = (fragment, part, sink);
         Ok(false)
     }
+
+    /// Optional bulk path: `Some(base)` when every offset `o` in `min..=max` of
+    /// fragment `fragment` is a live row whose new address is `base + o`
+    /// (wrapping arithmetic), all of them in one fragment, so a caller can move
+    /// a whole run of offsets at once. `None` (the default) means "unknown":
+    /// callers then use [`Translator::translate_part`] or
+    /// [`Translator::translate`]. Never `Some` for a range with a gone row.
+    fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
+        let _ = (fragment, min, max);
+        Ok(None)
+    }
 }
 
 /// Asynchronous address translation, for translators that read row maps from storage.
@@ -88,6 +99,31 @@ impl Translator for RowAddrRemap {
         }
         Ok(true)
     }
+
+    fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
+        let RowAddrRemap::Compact(compact) = self else {
+            // A direct map may send neighbouring rows anywhere.
+            return Ok(None);
+        };
+        if min > max {
+            return Ok(None);
+        }
+        let (first, last) = (row_address(fragment, min), row_address(fragment, max));
+        Ok(match (compact.get(first), compact.get(last)) {
+            // Not rows of a rewritten fragment: every offset maps to itself.
+            (None, None) => Some(row_address(fragment, 0)),
+            // Compaction keeps the order of survivors and numbers them
+            // consecutively within each new fragment (one range per id), so
+            // two ends in one fragment exactly `max - min` apart mean that
+            // every row between them survived and moved by the same amount.
+            (Some(Some(a)), Some(Some(b)))
+                if a >> 32 == b >> 32 && b.wrapping_sub(a) == u64::from(max - min) =>
+            {
+                Some(a.wrapping_sub(u64::from(min)))
+            }
+            _ => None,
+        })
+    }
 }
 
 impl Translator for RemapChain {
@@ -123,6 +159,10 @@ impl<T: Translator + ?Sized> Translator for Arc<T> {
     ) -> Result<bool> {
         (**self).translate_part(fragment, part, sink)
     }
+
+    fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
+        (**self).shift_of_range(fragment, min, max)
+    }
 }
 
 impl<T: Translator + ?Sized> Translator for &T {
@@ -137,6 +177,10 @@ impl<T: Translator + ?Sized> Translator for &T {
         sink: &mut dyn FnMut(u64),
     ) -> Result<bool> {
         (**self).translate_part(fragment, part, sink)
+    }
+
+    fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
+        (**self).shift_of_range(fragment, min, max)
     }
 }
 
@@ -350,6 +394,58 @@ pub(crate) mod tests {
             .translate_part(1, &part, &mut |a| got.push(a))
             .unwrap();
         assert_eq!(got, vec![ra(21, 0), ra(21, 2), ra(21, 6)]);
+    }
+
+    #[test]
+    fn shift_of_range_is_exactly_the_constant_shift_property() {
+        use crate::remap::{FragmentRows, RewriteGroupInput};
+        // Fragment 1 (10 rows, none deleted) after fragment 2 (3 rows, one
+        // deleted), into fragments 20 (5 rows) and 21 (7 rows); groups A and B
+        // add deletions, an empty destination and a fully deleted fragment.
+        let surviving = [ra(2, 0), ra(2, 2)]
+            .into_iter()
+            .chain((0..10).map(|o| ra(1, o)))
+            .collect();
+        let shifted = RowAddrRemap::compact(vec![RewriteGroupInput {
+            old_fragments: vec![FragmentRows::new(2, 3), FragmentRows::new(1, 10)],
+            new_fragments: vec![FragmentRows::new(20, 5), FragmentRows::new(21, 7)],
+            surviving,
+        }])
+        .unwrap();
+        let mixed = RowAddrRemap::compact(vec![group_a(), group_b()]).unwrap();
+        let direct = RowAddrRemap::direct(crate::remap::tests::direct_of(&[group_a(), group_b()]));
+        let mut found = 0;
+        for remap in [&shifted, &mixed] {
+            for fragment in [1u32, 2, 3, 4, 7, 9] {
+                for min in 0..14u32 {
+                    for max in min..14u32 {
+                        let batch: Vec<u64> = (min..=max).map(|o| ra(fragment, o)).collect();
+                        let mut out = Vec::new();
+                        remap.translate(&batch, &mut out).unwrap();
+                        let first = out[0];
+                        let holds = first.is_some_and(|a| {
+                            out.iter().zip(0u64..).all(|(r, i)| {
+                                *r == Some(a + i) && r.is_some_and(|b| b >> 32 == a >> 32)
+                            })
+                        });
+                        let got = remap.shift_of_range(fragment, min, max).unwrap();
+                        assert_eq!(got.is_some(), holds, "{fragment}:{min}..={max}");
+                        if let (Some(base), Some(a)) = (got, first) {
+                            assert_eq!(base.wrapping_add(u64::from(min)), a);
+                            found += 1;
+                        }
+                        let shared: Arc<dyn Translator> = Arc::new(remap.clone());
+                        assert_eq!(shared.shift_of_range(fragment, min, max).unwrap(), got);
+                        assert_eq!(direct.shift_of_range(fragment, min, max).unwrap(), None);
+                    }
+                }
+            }
+        }
+        assert!(found > 100, "the shift is found where it holds ({found})");
+        // 1:0..=2 land at 20:2..=4; an untouched fragment maps to itself.
+        assert_eq!(shifted.shift_of_range(1, 0, 2).unwrap(), Some(ra(20, 2)));
+        assert_eq!(shifted.shift_of_range(9, 3, 5).unwrap(), Some(ra(9, 0)));
+        assert_eq!(shifted.shift_of_range(1, 4, 3).unwrap(), None);
     }
 
     #[test]
