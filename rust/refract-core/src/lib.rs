@@ -40,7 +40,7 @@ pub use materialize::{
     MaterializeBudget, DEFAULT_MATERIALIZE_BUDGET_BYTES,
 };
 pub use ranked::RankedLayout;
-pub use remap::{CompactRemap, FragmentRows, RewriteGroupInput, RowAddrRemap};
+pub use remap::{CompactRemap, FragmentRows, RemapCursor, RewriteGroupInput, RowAddrRemap};
 pub use translate::{
     translate_all, translate_all_async, translate_stream, translate_stream_async, BatchTranslator,
     Translator, MAX_TRANSLATION_BATCH,

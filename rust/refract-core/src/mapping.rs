@@ -30,6 +30,13 @@ pub trait MappingReader: Send + Sync {
     /// is not a row of a source fragment. Callers pass at most
     /// [`MAX_TRANSLATION_BATCH`] addresses; larger batches are rejected.
     async fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()>;
+
+    /// The in-memory ordered-compaction mapping behind this reader, if it is
+    /// one: callers may then translate synchronously through its
+    /// [`CompactRemap`] (no I/O). `None` by default.
+    fn as_ordered_compaction(&self) -> Option<&OrderedCompactionMapping> {
+        None
+    }
 }
 
 /// The mapping of one ordered compaction group: survivors of the sources, read in
@@ -140,6 +147,10 @@ impl MappingReader for OrderedCompactionMapping {
 
     async fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
         self.translate_sync(batch, out)
+    }
+
+    fn as_ordered_compaction(&self) -> Option<&OrderedCompactionMapping> {
+        Some(self)
     }
 }
 

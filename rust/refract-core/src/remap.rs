@@ -132,6 +132,11 @@ pub(crate) struct LookupCursor {
     range_hint: usize,
 }
 
+/// Search state of [`CompactRemap::lookup`], for one walk over ascending
+/// addresses (a fresh cursor per batch; any order stays correct, only slower).
+#[derive(Debug, Clone, Default)]
+pub struct RemapCursor(LookupCursor);
+
 impl LookupCursor {
     /// A cursor for one isolated lookup: no hints, so searches are plain binary
     /// searches instead of gallops from the start.
@@ -273,6 +278,54 @@ impl CompactRemap {
         }
     }
 
+    /// [`Self::get`] reusing the search state in `cursor`, so ascending
+    /// lookups walk fragments, ranks and ranges incrementally (same results).
+    #[inline]
+    pub fn lookup(&self, addr: u64, cursor: &mut RemapCursor) -> Option<Option<u64>> {
+        self.get_with(addr, &mut cursor.0)
+    }
+
+    /// When every row at offsets `min..=max` of old fragment `fragment`
+    /// survived and all of them land in one new fragment, the value `b` such
+    /// that offset `o` of that range moves to `b + o` (wrapping arithmetic);
+    /// `None` otherwise (a fragment the remap does not rewrite, deleted rows,
+    /// offsets beyond the fragment or several destinations): callers then
+    /// translate row by row.
+    pub fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Option<u64> {
+        let entry = self.find_entry(u64::from(fragment), &mut 0)?;
+        // Index entries are built from the layout, so group and slot exist.
+        let group = &self.groups[entry.group as usize];
+        let old = &group.old[entry.slot as usize];
+        if let Some(base) = shift_base_range(group, old, min, max) {
+            return Some(base);
+        }
+        if min > max || max >= old.physical_rows {
+            return None;
+        }
+        // Both ends survived and their ranks are `max - min` apart: every
+        // offset between them survived too, numbered consecutively.
+        // A hint past the end makes `rank` a plain binary search.
+        let (mut hint_min, mut hint_max) = (usize::MAX, usize::MAX);
+        let first = old.survivors.rank(min, &mut hint_min)?;
+        let last = old.survivors.rank(max, &mut hint_max)?;
+        if last - first != u64::from(max - min) {
+            return None;
+        }
+        let (k_first, k_last) = (old.rows_before + first, old.rows_before + last);
+        let r = last_le_by(&group.ranges, |r| r.rows_before, k_first, usize::MAX)?;
+        let range = group.ranges[r];
+        if k_last >= range.rows_before + u64::from(range.physical_rows) {
+            return None;
+        }
+        // Offset o lands at k_first + (o - min) - range.rows_before.
+        Some(
+            (u64::from(range.id) << 32)
+                .wrapping_add(k_first)
+                .wrapping_sub(range.rows_before)
+                .wrapping_sub(u64::from(min)),
+        )
+    }
+
     /// Ids of every rewritten (old) fragment, ascending.
     pub fn old_fragments(&self) -> impl Iterator<Item = u64> + '_ {
         self.index.iter().map(|e| u64::from(e.fragment_id))
@@ -347,10 +400,14 @@ impl CompactRemap {
 /// new range, the value `b` such that offset `o` moves to `b + o` (wrapping
 /// arithmetic; every result is a valid address of that range).
 fn shift_base(group: &GroupLayout, old: &OldFragment, part: &RoaringBitmap) -> Option<u64> {
-    if old.survivors.len() != u64::from(old.physical_rows) {
+    shift_base_range(group, old, part.min()?, part.max()?)
+}
+
+/// [`shift_base`] for every offset in `min..=max`.
+fn shift_base_range(group: &GroupLayout, old: &OldFragment, min: u32, max: u32) -> Option<u64> {
+    if old.survivors.len() != u64::from(old.physical_rows) || min > max {
         return None;
     }
-    let (min, max) = (part.min()?, part.max()?);
     if max >= old.physical_rows {
         return None;
     }
@@ -866,5 +923,59 @@ pub(crate) mod tests {
             remap.deep_size_bytes()
         );
         assert_eq!(remap.get(ra(2, 999_999)), Some(Some(ra(3, 1_999_999))));
+    }
+
+    #[test]
+    fn shift_of_range_and_lookup_agree_with_get() {
+        // Fragment 1 loses offset 4 of 10, then fragment 2 (8 rows, none
+        // deleted) follows; destinations of 5 and 12 rows split fragment 1.
+        let surviving = (0..10u32)
+            .filter(|o| *o != 4)
+            .map(|o| (1, o))
+            .chain((0..8).map(|o| (2, o)))
+            .collect::<Vec<_>>();
+        let remap = CompactRemap::new(vec![
+            RewriteGroupInput {
+                old_fragments: vec![fr(1, 10), fr(2, 8)],
+                new_fragments: vec![fr(20, 5), fr(21, 12)],
+                surviving: tm(&surviving),
+            },
+            group_a(),
+            group_b(),
+        ])
+        .unwrap();
+        let mut cursor = RemapCursor::default();
+        for fragment in [1u32, 2, 3, 4, 7, 9] {
+            for min in 0..12u32 {
+                assert_eq!(
+                    remap.lookup(ra(fragment, min), &mut cursor),
+                    remap.get(ra(fragment, min))
+                );
+                for max in min..12u32 {
+                    let results: Vec<Option<Option<u64>>> =
+                        (min..=max).map(|o| remap.get(ra(fragment, o))).collect();
+                    let holds = match results[0] {
+                        Some(Some(a)) => results
+                            .iter()
+                            .zip(0u64..)
+                            .all(|(r, i)| *r == Some(Some(a + i)) && (a + i) >> 32 == a >> 32),
+                        _ => false,
+                    };
+                    let got = remap.shift_of_range(fragment, min, max);
+                    assert_eq!(got.is_some(), holds, "{fragment}:{min}..={max}");
+                    if let Some(base) = got {
+                        assert_eq!(results[0], Some(Some(base.wrapping_add(u64::from(min)))));
+                    }
+                }
+            }
+        }
+        // 1:5..=9 survived and lands at 20:4 (one row) and 21:0.. — split.
+        assert_eq!(remap.shift_of_range(1, 5, 9), None);
+        assert_eq!(
+            remap.shift_of_range(1, 6, 9),
+            Some(ra(21, 0).wrapping_sub(6))
+        );
+        assert_eq!(remap.shift_of_range(1, 3, 3), Some(ra(20, 0)));
+        assert_eq!(remap.shift_of_range(1, 9, 8), None);
     }
 }

@@ -24,6 +24,9 @@ use roaring::RoaringBitmap;
 use crate::history::FriHistory;
 use crate::mapping::MappingBinder;
 
+mod prepared;
+pub use prepared::PreparedTranslator;
+
 /// What a segment's translator checks besides the lineage.
 #[derive(Debug, Clone)]
 pub struct SegmentScope {

@@ -57,12 +57,20 @@ impl Translator for BlockingTranslator {
     }
 }
 
+/// The translator of one segment rewrite.
+pub(crate) enum JobTranslator {
+    /// Answers from memory: called directly, no runtime hop per batch.
+    InMemory(Arc<dyn Translator>),
+    /// May read row maps: each batch is driven by [`BlockingTranslator`].
+    Blocking(Arc<dyn BatchTranslator>),
+}
+
 /// The inputs of one segment rewrite, owned so the task can outlive the borrow.
 pub(crate) struct RewriteJob {
     pub ctx: IndexContext,
     pub registry: IndexRegistry,
     pub meta: IndexMetadata,
-    pub translator: Arc<dyn BatchTranslator>,
+    pub translator: JobTranslator,
     pub coverage: RoaringBitmap,
     pub options: RemapOptions,
 }
@@ -70,8 +78,9 @@ pub(crate) struct RewriteJob {
 /// Runs `remap_segment` for `job` on the rewrite runtime and awaits it.
 pub(crate) async fn rewrite_segment(job: RewriteJob) -> Result<RemapOutcome> {
     let task = runtime()?.spawn(async move {
-        let translator = BlockingTranslator {
-            inner: job.translator,
+        let translator: Arc<dyn Translator> = match job.translator {
+            JobTranslator::InMemory(translator) => translator,
+            JobTranslator::Blocking(inner) => Arc::new(BlockingTranslator { inner }),
         };
         remap_segment(
             &job.ctx,

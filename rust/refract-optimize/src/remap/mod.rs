@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use refract_core::materialize::MaterializeBudget;
-use refract_core::{BatchTranslator, Error, Result, DEFAULT_MATERIALIZE_BUDGET_BYTES};
+use refract_core::{Error, Result, DEFAULT_MATERIALIZE_BUDGET_BYTES};
 use refract_index::manage::{index_context, user_segments};
 use refract_index::{IndexRegistry, RemapOutcome};
 use refract_reader::history::FriHistory;
@@ -34,7 +34,7 @@ use refract_table::{Dataset, IndexMetadata};
 use roaring::RoaringBitmap;
 
 use assess::{assess, Decision, Eligible};
-use bridge::{rewrite_segment, RewriteJob};
+use bridge::{rewrite_segment, JobTranslator, RewriteJob};
 pub use report::{RemapReport, SegmentRemap, SegmentStatus, SkipReason, UnchangedReason};
 
 /// What `remap_indices` rewrites and with which limits.
@@ -191,17 +191,24 @@ async fn rewrite(
         coverage: eligible.coverage.clone(),
         stored: eligible.provenance.clone(),
     };
-    let translator: Arc<dyn BatchTranslator> = match history.legacy() {
-        Some(_) => Arc::new(LegacyTranslator::new(history.clone(), scope)),
-        None => Arc::new(SegmentTranslator::new(
-            history.clone(),
-            MappingBinder::new(
-                dataset.store().clone(),
-                dataset.session().cache().clone(),
-                ChunkCacheMode::from_env(),
-            ),
-            scope,
-        )),
+    let translator = match history.legacy() {
+        Some(_) => JobTranslator::Blocking(Arc::new(LegacyTranslator::new(history.clone(), scope))),
+        None => {
+            let segment = SegmentTranslator::new(
+                history.clone(),
+                MappingBinder::new(
+                    dataset.store().clone(),
+                    dataset.session().cache().clone(),
+                    ChunkCacheMode::from_env(),
+                ),
+                scope,
+            );
+            // Ordered compactions only: translate from memory, synchronously.
+            match segment.prepared().await {
+                Some(prepared) => JobTranslator::InMemory(Arc::new(prepared)),
+                None => JobTranslator::Blocking(Arc::new(segment)),
+            }
+        }
     };
     let job = RewriteJob {
         ctx: index_context(dataset),
