@@ -14,6 +14,7 @@ pub mod format;
 pub mod io;
 pub mod predicate;
 pub mod session;
+pub mod task;
 pub mod testing;
 pub mod transaction;
 

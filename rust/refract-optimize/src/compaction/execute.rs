@@ -11,6 +11,8 @@
 //! the outputs overlap (the writer stalls for whole pages at a time) while
 //! memory stays bounded by that channel.
 
+use std::ops::RangeInclusive;
+
 use arrow_array::{RecordBatch, UInt64Array};
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -19,10 +21,10 @@ use refract_table::dataset::{Dataset, ROW_ADDRESS_COLUMN};
 use refract_table::format::{DataFile, Fragment};
 use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::paths::{data_file_path, RelativePath};
+use refract_table::task::AbortOnDrop;
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::binary_copy::try_copy_task;
@@ -137,13 +139,14 @@ impl CompactionTask {
             .try_into_stream()
             .await?;
         let (sender, mut receiver) = mpsc::channel(read_ahead_batches(&sources, self.batch_size));
-        let reader = AbortOnDrop(tokio::spawn(read_sources(stream, sender)));
+        // Aborted if the writer fails, so the reader never outlives the task.
+        let reader = AbortOnDrop::spawn(read_sources(stream, sender));
         let mut outputs = OutputSplitter::new(&dataset, self.plan.output_rows.clone());
         // The channel closes when the reader is done; a read error arrives in it.
         while let Some(data) = receiver.recv().await {
             outputs.write(&data?).await?;
         }
-        let (surviving, rows_read) = reader.join().await?;
+        let (surviving, rows_read) = reader.join("reading compaction sources").await??;
         let new_files = outputs.finish().await?;
         self.result(&sources, new_files, &surviving, rows_read)
     }
@@ -225,6 +228,17 @@ fn read_ahead_batches(sources: &[Fragment], batch_size: usize) -> usize {
 /// insertion (the translation batch limit, so the buffer stays small).
 const CAPTURE_BUFFER_ADDRESSES: usize = 65_536;
 
+/// `first..=last` when `addresses` are consecutive ascending values.
+fn consecutive_run(addresses: &[u64]) -> Option<RangeInclusive<u64>> {
+    let (&first, &last) = (addresses.first()?, addresses.last()?);
+    let span = last.checked_sub(first)?;
+    let consecutive = span == (addresses.len() - 1) as u64
+        && addresses
+            .windows(2)
+            .all(|pair| pair[0].checked_add(1) == Some(pair[1]));
+    consecutive.then_some(first..=last)
+}
+
 /// The reading half of a task: streams the data batches to the writer in
 /// order and returns the captured surviving addresses and the rows read.
 async fn read_sources(
@@ -265,6 +279,11 @@ struct AddressCapture {
 
 impl AddressCapture {
     fn add(&mut self, addresses: &[u64]) -> Result<()> {
+        // A batch without deletions is one run: a range insert, no sort.
+        if let Some(run) = consecutive_run(addresses) {
+            self.surviving.insert_range(run);
+            return Ok(());
+        }
         for chunk in addresses.chunks(CAPTURE_BUFFER_ADDRESSES) {
             if self.pending.len() + chunk.len() > CAPTURE_BUFFER_ADDRESSES {
                 self.flush()?;
@@ -289,25 +308,6 @@ impl AddressCapture {
     fn finish(mut self) -> Result<RoaringTreemap> {
         self.flush()?;
         Ok(self.surviving)
-    }
-}
-
-/// A spawned task that is aborted if its owner stops waiting for it (the
-/// writer failed), so a reader never outlives its task.
-struct AbortOnDrop<T>(JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl AbortOnDrop<Result<(RoaringTreemap, u64)>> {
-    async fn join(mut self) -> Result<(RoaringTreemap, u64)> {
-        match (&mut self.0).await {
-            Ok(result) => result,
-            Err(join) => Err(Error::external("reading compaction sources", join)),
-        }
     }
 }
 
@@ -450,6 +450,30 @@ mod tests {
         assert_eq!(read_ahead_batches(&fragments(1_048_576, 2), 65_536), 4);
         assert_eq!(read_ahead_batches(&fragments(1, 10), 8_192), 64);
         assert_eq!(read_ahead_batches(&[], 8_192), 64);
+    }
+
+    #[test]
+    fn consecutive_batches_and_scattered_batches_capture_the_same_set() {
+        let run: Vec<u64> = (1_000..71_000).collect();
+        let scattered: Vec<u64> = (0..5_000u64).map(|i| (7 << 32) + i * 3).collect();
+        let single = vec![(3 << 32) + 9];
+        let captured = capture(&[scattered.clone(), run.clone(), single.clone(), run.clone()]);
+        let mut expected = RoaringTreemap::new();
+        for address in run.iter().chain(&scattered).chain(&single) {
+            expected.insert(*address);
+        }
+        assert_eq!(captured, expected);
+        assert_eq!(consecutive_run(&run), Some(1_000..=70_999));
+        assert_eq!(consecutive_run(&single), Some(single[0]..=single[0]));
+        assert_eq!(consecutive_run(&scattered), None);
+        // Right endpoints but not consecutive inside.
+        assert_eq!(consecutive_run(&[5, 5, 7]), None);
+        assert_eq!(consecutive_run(&[5, 7, 6, 8]), None);
+        assert_eq!(consecutive_run(&[]), None);
+        assert_eq!(
+            consecutive_run(&[u64::MAX - 1, u64::MAX]),
+            Some(u64::MAX - 1..=u64::MAX)
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ use super::{single_data_file, Dataset};
 use crate::format::Fragment;
 use crate::io::lance_files::{LanceFileReader, PREFETCH_LIMIT_BYTES};
 use crate::predicate::{self, Expr};
+use crate::task::AbortOnDrop;
 
 /// Name of the row-address column a scan adds with [`Scanner::with_row_address`].
 pub const ROW_ADDRESS_COLUMN: &str = "_rowaddr";
@@ -165,11 +166,7 @@ impl Scanner {
         let batch_size = u32::try_from(self.batch_size).unwrap_or(u32::MAX);
         let readahead = fragment_readahead(&fragments);
         let per_fragment = stream::iter(fragments)
-            .map(move |fragment| {
-                let dataset = dataset.clone();
-                let plan = plan.clone();
-                async move { fragment_stream(dataset, fragment, plan, batch_size).await }
-            })
+            .map(move |fragment| open_fragment(dataset.clone(), fragment, plan.clone(), batch_size))
             .buffered(readahead)
             .try_flatten();
         let Some(limit) = self.limit else {
@@ -285,6 +282,32 @@ fn fragment_readahead(fragments: &[Fragment]) -> usize {
     usize::try_from(wanted)
         .unwrap_or(MAX_FRAGMENT_READAHEAD)
         .clamp(MIN_FRAGMENT_READAHEAD, MAX_FRAGMENT_READAHEAD)
+}
+
+/// Opens one fragment for the scan. In a one-pass scan, a fragment whose
+/// file is small enough to be fetched whole is also read and decoded whole on
+/// a task of its own, so the fragments in the read-ahead decode in parallel on
+/// a multi-threaded runtime (`buffered` still yields them in order, and the
+/// read-ahead bounds how many are held). Larger fragments stream.
+async fn open_fragment(
+    dataset: Dataset,
+    fragment: Fragment,
+    plan: Arc<BatchPlan>,
+    batch_size: u32,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    let small = fragment
+        .files
+        .iter()
+        .all(|file| file.size_bytes <= PREFETCH_LIMIT_BYTES);
+    if !(plan.one_pass && small) {
+        return fragment_stream(dataset, fragment, plan, batch_size).await;
+    }
+    let task = AbortOnDrop::spawn(async move {
+        let batches = fragment_stream(dataset, fragment, plan, batch_size).await?;
+        batches.try_collect::<Vec<RecordBatch>>().await
+    });
+    let batches = task.join("reading a fragment").await??;
+    Ok(stream::iter(batches.into_iter().map(Ok)).boxed())
 }
 
 /// Opens one fragment and yields its processed batches.
