@@ -46,28 +46,43 @@ pub fn decode(bytes: &[u8], what: &str) -> Result<RoaringTreemap> {
     let mut parts: Vec<(u32, RoaringBitmap)> = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() {
-        let (high, len, tail) = header(rest, what)?;
-        if parts.last().is_some_and(|(prev, _)| *prev >= high) {
-            return Err(Error::corrupt(
-                what,
-                "posting parts are not strictly increasing",
-            ));
-        }
-        if tail.len() < len {
-            return Err(Error::corrupt(
-                what,
-                format!("posting part needs {len} bytes, {} remain", tail.len()),
-            ));
-        }
-        let (body, next) = tail.split_at(len);
-        let bitmap = DeletionVector::from_bytes(body, PART_DOMAIN)
-            .map_err(|e| Error::corrupt(what, format!("posting part {high}: {e}")))?
-            .bitmap()
-            .clone();
-        parts.push((high, bitmap));
+        let (high, body, next) = split_part(rest, parts.last().map(|(h, _)| *h), what)?;
+        parts.push((high, decode_part(body, high, what)?));
         rest = next;
     }
     Ok(RoaringTreemap::from_bitmaps(parts))
+}
+
+/// Splits the next `(high, part bytes, rest)` off an encoded posting, checking
+/// that `high` follows `previous`.
+fn split_part<'a>(
+    bytes: &'a [u8],
+    previous: Option<u32>,
+    what: &str,
+) -> Result<(u32, &'a [u8], &'a [u8])> {
+    let (high, len, tail) = header(bytes, what)?;
+    if previous.is_some_and(|prev| prev >= high) {
+        return Err(Error::corrupt(
+            what,
+            "posting parts are not strictly increasing",
+        ));
+    }
+    if tail.len() < len {
+        return Err(Error::corrupt(
+            what,
+            format!("posting part needs {len} bytes, {} remain", tail.len()),
+        ));
+    }
+    let (body, next) = tail.split_at(len);
+    Ok((high, body, next))
+}
+
+/// Decodes one part through the core's framing-checked decoder.
+fn decode_part(body: &[u8], high: u32, what: &str) -> Result<RoaringBitmap> {
+    Ok(DeletionVector::from_bytes(body, PART_DOMAIN)
+        .map_err(|e| Error::corrupt(what, format!("posting part {high}: {e}")))?
+        .bitmap()
+        .clone())
 }
 
 fn header<'a>(bytes: &'a [u8], what: &str) -> Result<(u32, usize, &'a [u8])> {
@@ -80,14 +95,33 @@ fn header<'a>(bytes: &'a [u8], what: &str) -> Result<(u32, usize, &'a [u8])> {
     Ok((high, len, tail))
 }
 
-/// Offsets buffered per part of a [`TreemapAssembler`] before a bulk append.
-const PART_BUFFER: usize = 1_024;
+/// Offsets of one container (a 65,536-offset block of a part) kept as an
+/// ascending list before the container switches to a bitset. A bitset costs a
+/// fixed ~1 µs to turn into a roaring container, so it pays off only once a
+/// container holds many offsets; sparse containers stay lists.
+const DENSE_AFTER: usize = 1_024;
+/// Bytes of one container's bitset (65,536 bits).
+const CONTAINER_BYTES: usize = 1 << 13;
+/// Spare bitsets an assembler keeps for reuse across postings.
+const SPARE_BITSETS: usize = 16;
+/// Roaring's array/bitmap container threshold. `from_lsb0_bytes` stores a
+/// container of exactly this many offsets as a bitmap, which roaring's own
+/// invariant (and serialization) reserves for larger ones, so such a
+/// container is appended offset by offset instead.
+const ARRAY_LIMIT: u32 = 4_096;
+
+/// One container's bitset, LSB-first bytes.
+type Bitset = Box<[u8; CONTAINER_BYTES]>;
 
 /// Builds a treemap from addresses pushed in any order, fast when they come in
-/// ascending order per 32-bit high key (what order-preserving rewrites such as
-/// compaction and stable partition produce from an ascending posting): such
-/// offsets are buffered per part and bulk-appended ([`RoaringBitmap::append`]),
-/// with no per-element search or insert. Memory: one small buffer per part.
+/// ascending order per container of each 32-bit high key (what
+/// order-preserving rewrites such as compaction and stable partition produce
+/// from an ascending posting). Each part buffers its current container: as an
+/// ascending offset list while sparse, as a bitset once dense (any order
+/// within the container is then fine), and hands it to roaring in one piece
+/// when a later container starts — no per-element search or insert. Offsets
+/// of an earlier container are inserted directly. Memory: per part one list of
+/// at most [`DENSE_AFTER`] offsets and at most one 8 KiB bitset.
 #[derive(Debug, Default)]
 pub struct TreemapAssembler {
     /// Parts by high key, ascending.
@@ -97,19 +131,27 @@ pub struct TreemapAssembler {
     /// Direct-mapped `(high, index into parts)` by the low bits of `high`, so
     /// interleaved destinations (a stable partition) skip the binary search.
     recent: Vec<(u32, usize)>,
+    /// Zeroed bitsets of finished parts, for reuse.
+    spare: Vec<Bitset>,
 }
 
 /// Entries of [`TreemapAssembler::recent`] (a power of two).
 const RECENT_SLOTS: usize = 64;
 
+/// Container key meaning "no current container" (keys are at most `u16::MAX`).
+const NO_KEY: u32 = u32::MAX;
+
 #[derive(Debug)]
 struct AssemblerPart {
     high: u32,
+    /// Finished containers; every key is below `key`.
     bitmap: RoaringBitmap,
-    /// Ascending offsets above every offset in `bitmap`, not appended yet.
-    pending: Vec<u32>,
-    /// The largest offset pushed so far.
-    last: Option<u32>,
+    /// Key (`offset >> 16`) of the container being buffered, or [`NO_KEY`].
+    key: u32,
+    /// Its ascending low 16 bits while the container is sparse.
+    lows: Vec<u16>,
+    /// Its bitset once dense (`None` while sparse); zeroed when idle.
+    dense: Option<Bitset>,
 }
 
 impl AssemblerPart {
@@ -117,38 +159,121 @@ impl AssemblerPart {
         Self {
             high,
             bitmap: RoaringBitmap::new(),
-            pending: Vec::new(),
-            last: None,
+            key: NO_KEY,
+            lows: Vec::new(),
+            dense: None,
         }
     }
 
     #[inline]
-    fn push(&mut self, low: u32) {
-        match self.last {
-            Some(last) if low <= last => {
-                self.drain();
-                self.bitmap.insert(low);
+    fn push(&mut self, low: u32, spare: &mut Vec<Bitset>) {
+        let key = low >> 16;
+        if key != self.key {
+            self.switch(low, spare);
+            return;
+        }
+        // Truncation keeps the container-relative offset.
+        let index = low as u16;
+        if let Some(bits) = self.dense.as_mut() {
+            bits[usize::from(index >> 3)] |= 1 << (index & 7);
+            return;
+        }
+        match self.lows.last() {
+            Some(last) if index <= *last => {
+                if index != *last {
+                    self.densify(spare);
+                    self.push(low, spare);
+                }
             }
             _ => {
-                self.pending.push(low);
-                self.last = Some(low);
-                if self.pending.len() == PART_BUFFER {
-                    self.drain();
+                self.lows.push(index);
+                if self.lows.len() == DENSE_AFTER {
+                    self.densify(spare);
                 }
             }
         }
     }
 
-    /// Appends the pending offsets to the bitmap.
-    fn drain(&mut self) {
-        if let Err(err) = self.bitmap.append(self.pending.iter().copied()) {
-            // Unreachable: pending offsets ascend above the bitmap's maximum.
-            // Insert the rest one by one rather than lose them.
-            for low in &self.pending[err.valid_until() as usize..] {
-                self.bitmap.insert(*low);
-            }
+    /// `low` is outside the current container: starts a later one, or inserts
+    /// into an earlier (finished) one.
+    #[cold]
+    fn switch(&mut self, low: u32, spare: &mut Vec<Bitset>) {
+        let key = low >> 16;
+        if self.key != NO_KEY && key < self.key {
+            self.bitmap.insert(low);
+            return;
         }
-        self.pending.clear();
+        self.flush(spare);
+        self.key = key;
+        // Truncation keeps the container-relative offset.
+        self.lows.push(low as u16);
+    }
+
+    /// Moves the sparse list into a bitset.
+    fn densify(&mut self, spare: &mut Vec<Bitset>) {
+        let mut bits = spare
+            .pop()
+            .unwrap_or_else(|| Box::new([0u8; CONTAINER_BYTES]));
+        for index in self.lows.drain(..) {
+            bits[usize::from(index >> 3)] |= 1 << (index & 7);
+        }
+        self.dense = Some(bits);
+    }
+
+    /// Hands the current container to `bitmap`; no container is current after.
+    fn flush(&mut self, spare: &mut Vec<Bitset>) {
+        if self.key == NO_KEY {
+            return;
+        }
+        let base = self.key << 16;
+        if let Some(mut bits) = self.dense.take() {
+            let count: u32 = bits.iter().map(|b| b.count_ones()).sum();
+            if count == ARRAY_LIMIT {
+                let offsets = set_bits(&bits).map(|index| base | u32::from(index));
+                append_ascending(&mut self.bitmap, offsets);
+            } else if count > 0 {
+                let container = RoaringBitmap::from_lsb0_bytes(base, &bits[..]);
+                if self.bitmap.is_empty() {
+                    self.bitmap = container;
+                } else {
+                    self.bitmap |= container;
+                }
+            }
+            bits.fill(0);
+            spare.push(bits);
+        } else {
+            let offsets = self.lows.iter().map(|index| base | u32::from(*index));
+            append_ascending(&mut self.bitmap, offsets);
+            self.lows.clear();
+        }
+        self.key = NO_KEY;
+    }
+
+    /// The finished bitmap; its bitset (zeroed) goes back to `spare`.
+    fn finish(mut self, spare: &mut Vec<Bitset>) -> (u32, RoaringBitmap) {
+        self.flush(spare);
+        (self.high, self.bitmap)
+    }
+}
+
+/// Offsets of the set bits of a container bitset, ascending.
+fn set_bits(bits: &[u8; CONTAINER_BYTES]) -> impl Iterator<Item = u16> + Clone + '_ {
+    bits.iter().enumerate().flat_map(|(byte, b)| {
+        // byte < 8,192, so byte * 8 + bit < 65,536.
+        (0..8u16)
+            .filter(move |bit| b & (1 << bit) != 0)
+            .map(move |bit| byte as u16 * 8 + bit)
+    })
+}
+
+/// Appends ascending `offsets`, all above `bitmap`'s maximum.
+fn append_ascending(bitmap: &mut RoaringBitmap, offsets: impl Iterator<Item = u32> + Clone) {
+    if let Err(err) = bitmap.append(offsets.clone()) {
+        // Unreachable: the offsets ascend above the bitmap's maximum. Insert
+        // the rest one by one rather than lose them.
+        for offset in offsets.skip(err.valid_until() as usize) {
+            bitmap.insert(offset);
+        }
     }
 }
 
@@ -164,24 +289,130 @@ impl TreemapAssembler {
         let high = (address >> 32) as u32;
         // Truncation keeps the low 32 bits, the part-relative offset.
         let low = address as u32;
-        match self.parts.get_mut(self.current) {
-            Some(part) if part.high == high => part.push(low),
-            _ => self.seek(high).push(low),
+        if self.parts.get(self.current).is_none_or(|p| p.high != high) {
+            self.seek(high);
+        }
+        // `seek` made `current` a valid index.
+        self.parts[self.current].push(low, &mut self.spare);
+    }
+
+    /// Adds `base + o` (wrapping) for every offset `o` of `part`: a run that a
+    /// translator moved by one constant ([`Translator::shift_of_range`]).
+    pub fn push_shifted(&mut self, part: &RoaringBitmap, base: u64) {
+        let (Some(min), Some(max)) = (part.min(), part.max()) else {
+            return;
+        };
+        let (first, last) = (
+            base.wrapping_add(u64::from(min)),
+            base.wrapping_add(u64::from(max)),
+        );
+        if first >> 32 != last >> 32 {
+            // Crosses a high key: not what a shift promises, but stay exact.
+            part.iter()
+                .for_each(|o| self.push(base.wrapping_add(u64::from(o))));
+            return;
+        }
+        self.seek((first >> 32) as u32);
+        // Truncation keeps the low 32 bits; no carry into the high key
+        // between `first` and `last`.
+        let shift = base as u32;
+        let target = &mut self.parts[self.current];
+        for offset in part {
+            target.push(shift.wrapping_add(offset), &mut self.spare);
         }
     }
 
-    /// The part of `high`, created if missing; makes it current.
-    fn seek(&mut self, high: u32) -> &mut AssemblerPart {
+    /// [`Self::push_shifted`] for a serialized part read in place, checking
+    /// its contents on the way (value order, cardinalities, run bounds).
+    fn push_shifted_raw(&mut self, part: &RawPart<'_>, base: u64, what: &str) -> Result<()> {
+        let Some((min, max)) = part.bounds else {
+            return Ok(());
+        };
+        let (first, last) = (
+            base.wrapping_add(u64::from(min)),
+            base.wrapping_add(u64::from(max)),
+        );
+        if first >> 32 != last >> 32 {
+            return Err(Error::invalid_input(
+                "a constant shift crossed a fragment boundary",
+            ));
+        }
+        self.seek((first >> 32) as u32);
+        let shift = base as u32; // the low half; no carry between first and last
+        let target = &mut self.parts[self.current];
+        let spare = &mut self.spare;
+        let corrupt = |detail: &str| Error::corrupt(what, format!("posting part: {detail}"));
+        for container in part.iter() {
+            let container = container.ok_or_else(|| corrupt("truncated container"))?;
+            let high = u32::from(container.key) << 16;
+            match container.store {
+                RawStore::Array(bytes) => {
+                    let mut previous: Option<u16> = None;
+                    for pair in bytes.chunks_exact(2) {
+                        let low = u16::from_le_bytes([pair[0], pair[1]]);
+                        if previous.is_some_and(|p| p >= low) {
+                            return Err(corrupt("array values are not sorted"));
+                        }
+                        previous = Some(low);
+                        target.push(shift.wrapping_add(high | u32::from(low)), spare);
+                    }
+                }
+                RawStore::Bitmap(bytes) => {
+                    let mut count = 0usize;
+                    for (i, mut word) in words(bytes).enumerate() {
+                        count += word.count_ones() as usize;
+                        // i < 1,024, so i * 64 + bit < 65,536.
+                        let at = high | (i as u32 * 64);
+                        while word != 0 {
+                            let bit = word.trailing_zeros();
+                            target.push(shift.wrapping_add(at | bit), spare);
+                            word &= word - 1;
+                        }
+                    }
+                    if count != container.cardinality {
+                        return Err(corrupt("bitmap cardinality mismatch"));
+                    }
+                }
+                RawStore::Run(bytes) => {
+                    if bytes.is_empty() {
+                        return Err(corrupt("run container with no runs"));
+                    }
+                    let mut last_end: Option<u16> = None;
+                    let mut count = 0usize;
+                    for run in bytes.chunks_exact(4) {
+                        let start = u16::from_le_bytes([run[0], run[1]]);
+                        let length = u16::from_le_bytes([run[2], run[3]]);
+                        let end = start
+                            .checked_add(length)
+                            .ok_or_else(|| corrupt("run past the container"))?;
+                        if last_end.is_some_and(|e| start <= e.saturating_add(1)) {
+                            return Err(corrupt("runs overlap or touch"));
+                        }
+                        last_end = Some(end);
+                        count += usize::from(length) + 1;
+                        for low in start..=end {
+                            target.push(shift.wrapping_add(high | u32::from(low)), spare);
+                        }
+                    }
+                    if count != container.cardinality {
+                        return Err(corrupt("run cardinality mismatch"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the part of `high` current, creating it if missing.
+    fn seek(&mut self, high: u32) {
         if self.recent.is_empty() {
             self.recent = vec![(u32::MAX, usize::MAX); RECENT_SLOTS];
         }
         let slot = high as usize & (RECENT_SLOTS - 1);
-        let index = match self.recent[slot] {
+        self.current = match self.recent[slot] {
             (key, index) if key == high && index < self.parts.len() => index,
             _ => self.locate(high, slot),
         };
-        self.current = index;
-        &mut self.parts[index]
     }
 
     /// Finds or inserts the part of `high` by binary search and caches it.
@@ -204,10 +435,233 @@ impl TreemapAssembler {
     pub fn finish(&mut self) -> RoaringTreemap {
         self.current = 0;
         self.recent.fill((u32::MAX, usize::MAX));
-        RoaringTreemap::from_bitmaps(self.parts.drain(..).map(|mut part| {
-            part.drain();
-            (part.high, part.bitmap)
-        }))
+        let spare = &mut self.spare;
+        let parts: Vec<(u32, RoaringBitmap)> = self
+            .parts
+            .drain(..)
+            .map(|part| part.finish(spare))
+            .collect();
+        spare.truncate(SPARE_BITSETS);
+        RoaringTreemap::from_bitmaps(parts)
+    }
+}
+
+/// Roaring's portable-format cookies and sizes (the format
+/// `RoaringBitmap::serialize_into` writes).
+mod format {
+    pub const COOKIE_NO_RUN: u32 = 12_346;
+    pub const COOKIE_RUN: u32 = 12_347;
+    pub const NO_OFFSET_THRESHOLD: usize = 4;
+    pub const ARRAY_LIMIT: usize = 4_096;
+    pub const BITMAP_BYTES: usize = 8_192;
+    pub const MAX_CONTAINERS: usize = 1 << 16;
+}
+
+/// The data of one serialized container.
+#[derive(Debug, Clone, Copy)]
+enum RawStore<'a> {
+    /// `cardinality` ascending little-endian u16 values.
+    Array(&'a [u8]),
+    /// 1,024 little-endian u64 words, LSB first.
+    Bitmap(&'a [u8]),
+    /// `(start, length - 1)` little-endian u16 pairs.
+    Run(&'a [u8]),
+}
+
+/// One serialized container: its key, announced cardinality and data.
+#[derive(Debug, Clone, Copy)]
+struct RawContainer<'a> {
+    key: u16,
+    cardinality: usize,
+    store: RawStore<'a>,
+}
+
+/// A serialized 32-bit roaring bitmap (one posting part) whose framing has
+/// been checked — every announced section is present, nothing trails, keys
+/// ascend — read in place, without building a `RoaringBitmap`. The contents
+/// (value order, cardinalities) are checked while they are read
+/// ([`TreemapAssembler::push_shifted_raw`]), as strictly as roaring's own
+/// decoder does.
+#[derive(Debug)]
+struct RawPart<'a> {
+    containers: usize,
+    /// 4 bytes per container: key and cardinality - 1.
+    descriptions: &'a [u8],
+    run_flags: Option<&'a [u8]>,
+    /// The container data, in order.
+    data: &'a [u8],
+    /// Smallest and largest offset, `None` when empty.
+    bounds: Option<(u32, u32)>,
+}
+
+impl<'a> RawPart<'a> {
+    fn parse(bytes: &'a [u8], what: &str) -> Result<Self> {
+        let corrupt = |detail: &str| Error::corrupt(what, format!("posting part: {detail}"));
+        let mut cur = ByteCursor { bytes, pos: 0 };
+        let cookie = cur.u32().ok_or_else(|| corrupt("truncated cookie"))?;
+        let (containers, has_offsets, run_flags) = if cookie == format::COOKIE_NO_RUN {
+            let n = cur.u32().ok_or_else(|| corrupt("truncated size"))? as usize;
+            (n, true, None)
+        } else if cookie & 0xFFFF == format::COOKIE_RUN {
+            let n = (cookie >> 16) as usize + 1;
+            let flags = cur
+                .take(n.div_ceil(8))
+                .ok_or_else(|| corrupt("truncated run flags"))?;
+            (n, n >= format::NO_OFFSET_THRESHOLD, Some(flags))
+        } else {
+            return Err(corrupt("unknown roaring cookie"));
+        };
+        if containers > format::MAX_CONTAINERS {
+            return Err(corrupt("too many containers"));
+        }
+        let descriptions = cur
+            .take(containers * 4)
+            .ok_or_else(|| corrupt("truncated descriptions"))?;
+        if has_offsets {
+            cur.take(containers * 4)
+                .ok_or_else(|| corrupt("truncated offsets"))?;
+        }
+        let mut part = RawPart {
+            containers,
+            descriptions,
+            run_flags,
+            data: &bytes[cur.pos..],
+            bounds: None,
+        };
+        let (mut first, mut last) = (None, None);
+        let mut previous: Option<u16> = None;
+        for container in part.iter() {
+            let container = container.ok_or_else(|| corrupt("truncated container"))?;
+            if previous.is_some_and(|p| p >= container.key) {
+                return Err(corrupt("container keys are not sorted"));
+            }
+            previous = Some(container.key);
+            first.get_or_insert(container);
+            last = Some(container);
+            cur.pos += container.store.len();
+        }
+        if cur.pos != bytes.len() {
+            return Err(corrupt("trailing bytes"));
+        }
+        if let (Some(first), Some(last)) = (first, last) {
+            let min = first.min().ok_or_else(|| corrupt("empty container"))?;
+            let max = last.max().ok_or_else(|| corrupt("empty container"))?;
+            part.bounds = Some((min, max));
+        }
+        Ok(part)
+    }
+
+    /// The containers in order; `None` marks truncated data.
+    fn iter(&self) -> impl Iterator<Item = Option<RawContainer<'a>>> + '_ {
+        let mut data = self.data;
+        (0..self.containers).map(move |i| {
+            // `descriptions` holds exactly 4 bytes per container.
+            let d = &self.descriptions[i * 4..i * 4 + 4];
+            let key = u16::from_le_bytes([d[0], d[1]]);
+            let cardinality = usize::from(u16::from_le_bytes([d[2], d[3]])) + 1;
+            // `run_flags` holds ceil(containers / 8) bytes.
+            let is_run = self
+                .run_flags
+                .is_some_and(|flags| flags[i / 8] & (1 << (i % 8)) != 0);
+            let len = if is_run {
+                let runs = data.get(..2)?;
+                2 + 4 * usize::from(u16::from_le_bytes([runs[0], runs[1]]))
+            } else if cardinality <= format::ARRAY_LIMIT {
+                2 * cardinality
+            } else {
+                format::BITMAP_BYTES
+            };
+            let (body, rest) = data.split_at_checked(len)?;
+            data = rest;
+            let store = if is_run {
+                RawStore::Run(&body[2..])
+            } else if cardinality <= format::ARRAY_LIMIT {
+                RawStore::Array(body)
+            } else {
+                RawStore::Bitmap(body)
+            };
+            Some(RawContainer {
+                key,
+                cardinality,
+                store,
+            })
+        })
+    }
+}
+
+impl RawStore<'_> {
+    /// Serialized bytes, run count included.
+    fn len(&self) -> usize {
+        match self {
+            RawStore::Array(b) | RawStore::Bitmap(b) => b.len(),
+            RawStore::Run(b) => 2 + b.len(),
+        }
+    }
+}
+
+impl RawContainer<'_> {
+    fn min(&self) -> Option<u32> {
+        let low = match self.store {
+            RawStore::Array(b) | RawStore::Run(b) => u16_at(b, 0)?,
+            RawStore::Bitmap(b) => {
+                let (word, w) = words(b).enumerate().find(|(_, w)| *w != 0)?;
+                // word < 1,024 and a bit index < 64: below 65,536.
+                (word * 64) as u16 + w.trailing_zeros() as u16
+            }
+        };
+        Some((u32::from(self.key) << 16) | u32::from(low))
+    }
+
+    fn max(&self) -> Option<u32> {
+        let low = match self.store {
+            RawStore::Array(b) => u16_at(b, b.len().checked_sub(2)?)?,
+            RawStore::Run(b) => {
+                let at = b.len().checked_sub(4)?;
+                // A run ending past the container is caught when it is read.
+                u16_at(b, at)?.saturating_add(u16_at(b, at + 2)?)
+            }
+            RawStore::Bitmap(b) => {
+                let (word, w) = words(b).enumerate().rev().find(|(_, w)| *w != 0)?;
+                // As in `min`.
+                (word * 64) as u16 + 63 - w.leading_zeros() as u16
+            }
+        };
+        Some((u32::from(self.key) << 16) | u32::from(low))
+    }
+}
+
+/// The little-endian u16 at byte `at`.
+fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
+    let b = bytes.get(at..at + 2)?;
+    Some(u16::from_le_bytes([b[0], b[1]]))
+}
+
+/// The little-endian u64 words of a bitmap container.
+fn words(bytes: &[u8]) -> impl DoubleEndedIterator<Item = u64> + ExactSizeIterator + '_ {
+    bytes.chunks_exact(8).map(|c| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(c);
+        u64::from_le_bytes(word)
+    })
+}
+
+/// Bounds-checked little-endian reads.
+struct ByteCursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> ByteCursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let taken = self.bytes.get(self.pos..end)?;
+        self.pos = end;
+        Some(taken)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        let b = self.take(4)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 }
 
@@ -219,31 +673,96 @@ pub struct TranslateScratch {
     assembler: TreemapAssembler,
 }
 
+impl TranslateScratch {
+    /// Forgets whatever a translation that failed midway left behind.
+    fn reset(&mut self) {
+        self.slice.clear();
+        if !self.assembler.parts.is_empty() {
+            let _ = self.assembler.finish();
+        }
+    }
+}
+
 /// Translates `posting` through `translator`; rows that are gone are dropped.
-/// Each fragment's part goes through [`Translator::translate_part`] when the
-/// translator streams (an in-memory remap); otherwise addresses are translated
-/// in ascending slices of at most [`MAX_TRANSLATION_BATCH`]. Either way a dense
-/// posting never expands beyond one slice.
+/// Each fragment's part moves in bulk when the translator knows that all of
+/// its offset range moves by one constant ([`Translator::shift_of_range`]);
+/// otherwise it goes through [`Translator::translate_part`] when the
+/// translator streams (an in-memory remap), or is translated in ascending
+/// slices of at most [`MAX_TRANSLATION_BATCH`]. Either way a dense posting
+/// never expands beyond one slice.
 pub fn translate_posting(
     posting: &RoaringTreemap,
     translator: &dyn Translator,
     scratch: &mut TranslateScratch,
 ) -> Result<RoaringTreemap> {
-    scratch.slice.clear();
+    scratch.reset();
     for (high, part) in posting.bitmaps() {
-        let assembler = &mut scratch.assembler;
-        if translator.translate_part(high, part, &mut |new| assembler.push(new))? {
+        let (Some(min), Some(max)) = (part.min(), part.max()) else {
+            continue;
+        };
+        if let Some(base) = translator.shift_of_range(high, min, max)? {
+            scratch.assembler.push_shifted(part, base);
             continue;
         }
-        for low in part {
-            scratch.slice.push((u64::from(high) << 32) | u64::from(low));
-            if scratch.slice.len() == MAX_TRANSLATION_BATCH {
-                flush_slice(translator, scratch)?;
-            }
+        translate_part(high, part, translator, scratch)?;
+    }
+    flush_slice(translator, scratch)?;
+    Ok(scratch.assembler.finish())
+}
+
+/// [`translate_posting`] of an encoded posting (see [`encode`]), read in
+/// place: a part that moves by one constant is shifted straight from its
+/// serialized containers, without building a `RoaringBitmap`; other parts
+/// are decoded and translated like [`translate_posting`] does. Damaged bytes
+/// are Corrupt errors naming `what`, as with [`decode`].
+pub fn translate_encoded(
+    bytes: &[u8],
+    what: &str,
+    translator: &dyn Translator,
+    scratch: &mut TranslateScratch,
+) -> Result<RoaringTreemap> {
+    scratch.reset();
+    let mut previous: Option<u32> = None;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (high, body, next) = split_part(rest, previous, what)?;
+        previous = Some(high);
+        rest = next;
+        let raw = RawPart::parse(body, what)?;
+        let Some((min, max)) = raw.bounds else {
+            continue;
+        };
+        if let Some(base) = translator.shift_of_range(high, min, max)? {
+            scratch.assembler.push_shifted_raw(&raw, base, what)?;
+        } else {
+            let part = decode_part(body, high, what)?;
+            translate_part(high, &part, translator, scratch)?;
         }
     }
     flush_slice(translator, scratch)?;
     Ok(scratch.assembler.finish())
+}
+
+/// Translates one part whose offsets do not move by one constant: streamed
+/// when the translator can ([`Translator::translate_part`]), else buffered
+/// into ascending slices of at most [`MAX_TRANSLATION_BATCH`].
+fn translate_part(
+    high: u32,
+    part: &RoaringBitmap,
+    translator: &dyn Translator,
+    scratch: &mut TranslateScratch,
+) -> Result<()> {
+    let assembler = &mut scratch.assembler;
+    if translator.translate_part(high, part, &mut |new| assembler.push(new))? {
+        return Ok(());
+    }
+    for low in part {
+        scratch.slice.push((u64::from(high) << 32) | u64::from(low));
+        if scratch.slice.len() == MAX_TRANSLATION_BATCH {
+            flush_slice(translator, scratch)?;
+        }
+    }
+    Ok(())
 }
 
 /// Translates the buffered slice and assembles its survivors.
@@ -641,6 +1160,244 @@ mod tests {
         assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     }
 
+    /// A remap compacting fragments 1..=3 of `rows` rows each, in order,
+    /// into fragments 10 and 11; `deleted(fragment, offset)` picks deletions.
+    fn compaction_where(rows: u32, deleted: impl Fn(u32, u32) -> bool) -> RowAddrRemap {
+        let surviving: RoaringTreemap = (1..=3u32)
+            .flat_map(|f| (0..rows).map(move |o| (f, o)))
+            .filter(|(f, o)| !deleted(*f, *o))
+            .map(|(f, o)| row_address(f, o))
+            .collect();
+        let live = surviving.len();
+        RowAddrRemap::compact(vec![RewriteGroupInput {
+            old_fragments: (1..=3).map(|f| FragmentRows::new(f, rows.into())).collect(),
+            new_fragments: vec![
+                FragmentRows::new(10, live / 2),
+                FragmentRows::new(11, live - live / 2),
+            ],
+            surviving,
+        }])
+        .unwrap()
+    }
+
+    /// A posting over fragments 1..=3 with array, bitmap and run containers.
+    fn mixed_posting(rows: u32) -> RoaringTreemap {
+        let mut posting: RoaringTreemap = (1..=3u32)
+            .flat_map(|f| (0..rows).map(move |o| (f, o)))
+            .filter(|(f, o)| match f {
+                1 => o % 13 == 0,
+                2 => o % 3 != 0,
+                _ => (o / 1_000) % 2 == 0,
+            })
+            .map(|(f, o)| row_address(f, o))
+            .collect();
+        let mut parts: Vec<(u32, RoaringBitmap)> =
+            posting.bitmaps().map(|(h, b)| (h, b.clone())).collect();
+        for (_, part) in &mut parts {
+            part.optimize(); // fragment 3 becomes run containers
+        }
+        posting = RoaringTreemap::from_bitmaps(parts);
+        posting
+    }
+
+    /// Forwards to a translator, counting the parts each path served.
+    #[derive(Default)]
+    struct Paths {
+        shifted: std::sync::atomic::AtomicUsize,
+        streamed: std::sync::atomic::AtomicUsize,
+    }
+
+    struct Counting<'a, T> {
+        inner: T,
+        paths: &'a Paths,
+    }
+
+    impl<T: Translator> Translator for Counting<'_, T> {
+        fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+            self.inner.translate(batch, out)
+        }
+
+        fn translate_part(
+            &self,
+            fragment: u32,
+            part: &RoaringBitmap,
+            sink: &mut dyn FnMut(u64),
+        ) -> Result<bool> {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.paths.streamed.fetch_add(1, Relaxed);
+            self.inner.translate_part(fragment, part, sink)
+        }
+
+        fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
+            use std::sync::atomic::Ordering::Relaxed;
+            let shift = self.inner.shift_of_range(fragment, min, max)?;
+            if shift.is_some() {
+                self.paths.shifted.fetch_add(1, Relaxed);
+            }
+            Ok(shift)
+        }
+    }
+
+    #[test]
+    fn encoded_translation_shifts_whole_parts_exactly() {
+        use std::sync::atomic::Ordering::Relaxed;
+        // No deletions: fragments 1 and 3 each land in one new fragment and
+        // move by a constant; fragment 2 straddles fragments 10 and 11.
+        let rows = 200_000;
+        let remap = compaction_where(rows, |_, _| false);
+        let posting = mixed_posting(rows);
+        let want = brute_force(&posting, &remap);
+        let paths = Paths::default();
+        let counting = Counting {
+            inner: &remap,
+            paths: &paths,
+        };
+        let mut scratch = TranslateScratch::default();
+        let got = translate_encoded(&encode(&posting), "test", &counting, &mut scratch).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(encode(&got), encode(&want), "same containers");
+        assert_eq!(paths.shifted.load(Relaxed), 2, "fragments 1 and 3");
+        assert_eq!(paths.streamed.load(Relaxed), 1, "fragment 2");
+        let again = translate_posting(&posting, &counting, &mut scratch).unwrap();
+        assert_eq!(again, want);
+        // An untouched fragment maps to itself through the shift as well.
+        let other: RoaringTreemap = (0..5_000u32).map(|o| row_address(7, o * 3)).collect();
+        let got = translate_encoded(&encode(&other), "test", &remap, &mut scratch).unwrap();
+        assert_eq!(got, other);
+        let empty = translate_encoded(&[], "test", &remap, &mut scratch).unwrap();
+        assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn encoded_translation_with_deletions_is_exact() {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Fragment 2 loses rows (row by row), 1 and 3 do not (shifted).
+        let rows = 100_000;
+        let remap = compaction_where(rows, |f, o| f == 2 && o % 10 < 3);
+        let posting = mixed_posting(rows);
+        let paths = Paths::default();
+        let counting = Counting {
+            inner: &remap,
+            paths: &paths,
+        };
+        let mut scratch = TranslateScratch::default();
+        let got = translate_encoded(&encode(&posting), "test", &counting, &mut scratch).unwrap();
+        let want = brute_force(&posting, &remap);
+        assert_eq!(got, want);
+        assert_eq!(encode(&got), encode(&want), "same containers");
+        assert_eq!(paths.shifted.load(Relaxed), 2);
+        assert_eq!(paths.streamed.load(Relaxed), 1);
+        // Through ascending batches only, the same result.
+        let batches = Recording::new(remap.clone());
+        let again = translate_encoded(&encode(&posting), "test", &batches, &mut scratch).unwrap();
+        assert_eq!(again, want);
+        assert!(batches
+            .batches()
+            .iter()
+            .all(|b| b.len() <= MAX_TRANSLATION_BATCH));
+    }
+
+    /// Replaces `at..at + with.len()` of the only part of `posting`'s encoding.
+    fn tampered(posting: &RoaringTreemap, at: usize, with: &[u8]) -> Vec<u8> {
+        let mut bytes = encode(posting);
+        // 8 header bytes precede the part.
+        bytes[8 + at..8 + at + with.len()].copy_from_slice(with);
+        bytes
+    }
+
+    #[test]
+    fn damaged_parts_on_the_shift_path_are_corrupt() {
+        let remap = compaction_where(70_000, |_, _| false);
+        let mut scratch = TranslateScratch::default();
+        let mut check =
+            |bytes: &[u8], case: &str| match translate_encoded(bytes, "test", &remap, &mut scratch)
+            {
+                Ok(posting) => panic!("{case}: accepted as {posting:?}"),
+                Err(err) => assert!(matches!(err, Error::Corrupt { .. }), "{case}: {err}"),
+            };
+        // Array container [5, 9, 12]: cookie, size, key, card-1, offset, data.
+        let array: RoaringTreemap = [5u32, 9, 12].iter().map(|o| row_address(1, *o)).collect();
+        check(&tampered(&array, 16, &[12, 0]), "unsorted array");
+        check(&tampered(&array, 0, &[1, 2]), "bad cookie");
+        check(&tampered(&array, 4, &[2, 0]), "size beyond the data");
+        // A bitmap container (5,000 offsets) announcing 5,001.
+        let dense: RoaringTreemap = (0..5_000u32).map(|o| row_address(1, o * 2)).collect();
+        check(&tampered(&dense, 10, &[0x88, 0x13]), "cardinality mismatch");
+        // Two containers with the same key.
+        let two: RoaringTreemap = [1u32, 65_537].iter().map(|o| row_address(1, *o)).collect();
+        check(&tampered(&two, 12, &[0, 0]), "keys not ascending");
+        // Run container [0..=99, 200..=299]: runs overlapping or touching.
+        let mut runs = RoaringBitmap::new();
+        runs.insert_range(0..100);
+        runs.insert_range(200..300);
+        runs.optimize();
+        let runs = RoaringTreemap::from_bitmaps([(1, runs)]);
+        // Run cookie, flags (1), key, card-1, run count, runs.
+        check(&tampered(&runs, 15, &[50, 0]), "overlapping runs");
+        check(&tampered(&runs, 15, &[100, 0]), "touching runs");
+        check(&tampered(&runs, 13, &[50, 0]), "run cardinality mismatch");
+        check(
+            &tampered(&runs, 15, &[0xff, 0xff]),
+            "run past the container",
+        );
+        check(&tampered(&runs, 9, &[0, 0]), "no runs");
+        // Truncated anywhere, or with a trailing byte inside the part.
+        for posting in [&array, &dense, &runs] {
+            let bytes = encode(posting);
+            for cut in 1..bytes.len() {
+                check(&bytes[..cut], "truncated");
+            }
+            let mut longer = bytes.clone();
+            let len = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) + 1;
+            longer[4..8].copy_from_slice(&len.to_le_bytes());
+            longer.push(0);
+            check(&longer, "trailing byte");
+        }
+        // The undamaged ones translate.
+        for posting in [&array, &dense, &runs] {
+            let got = translate_encoded(&encode(posting), "test", &remap, &mut scratch).unwrap();
+            assert_eq!(got, brute_force(posting, &remap));
+        }
+    }
+
+    #[test]
+    fn assembler_builds_roaring_containers_at_every_density() {
+        // Per container of fragment 4: 4,095, 4,096 (roaring's array limit)
+        // and 4,097 offsets through the bitset, 1,023 and 1,024 around the
+        // list limit, one offset, then a full container; then offsets of
+        // earlier containers, duplicates and a descending tail.
+        let counts = [4_095u32, 4_096, 4_097, 1_023, 1_024, 1, 65_536];
+        let mut addrs = Vec::new();
+        for (key, count) in counts.iter().enumerate() {
+            let step = 65_536 / count;
+            addrs.extend((0..*count).map(|i| row_address(4, (key as u32) << 16 | (i * step))));
+        }
+        addrs.extend([
+            row_address(4, 3),
+            row_address(4, 65_537),
+            row_address(4, 65_537),
+        ]);
+        addrs.extend(
+            (0..3_000u32)
+                .rev()
+                .map(|i| row_address(4, (8 << 16) | (i * 5))),
+        );
+        addrs.extend((0..2_000u32).map(|i| row_address(4, (8 << 16) | (i * 7))));
+        let mut assembler = TreemapAssembler::new();
+        for a in &addrs {
+            assembler.push(*a);
+        }
+        let got = assembler.finish();
+        let want: RoaringTreemap = addrs.iter().copied().collect();
+        assert_eq!(got, want);
+        assert_eq!(encode(&got), encode(&want), "same container kinds");
+        assert_eq!(decode(&encode(&got), "test").unwrap(), want);
+        // Reused: spare bitsets come back zeroed.
+        assembler.push(row_address(4, 1));
+        let one: RoaringTreemap = [row_address(4, 1)].into_iter().collect();
+        assert_eq!(assembler.finish(), one);
+    }
+
     proptest! {
         #[test]
         fn round_trips(addrs in proptest::collection::vec(any::<u64>(), 0..200)) {
@@ -684,6 +1441,68 @@ mod tests {
                 let new = memo.remap(&posting, &remap).map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(new, brute_force(&posting, &remap));
             }
+        }
+
+        #[test]
+        fn assembler_equals_collect_across_containers(
+            runs in proptest::collection::vec(
+                (0u64..3, 0u64..300_000, 1u64..9_000, 1u64..40), 0..10),
+        ) {
+            // Strided runs of several containers, dense and sparse, in any order.
+            let addrs: Vec<u64> = runs
+                .iter()
+                .flat_map(|(high, start, len, step)| {
+                    (0..*len).map(move |i| (high << 32) | (start + i * step))
+                })
+                .collect();
+            let mut assembler = TreemapAssembler::new();
+            for a in &addrs {
+                assembler.push(*a);
+            }
+            let got = assembler.finish();
+            let want: RoaringTreemap = addrs.iter().copied().collect();
+            prop_assert_eq!(encode(&got), encode(&want));
+            prop_assert_eq!(got, want);
+        }
+
+        #[test]
+        fn encoded_translation_equals_brute_force(
+            offsets in proptest::collection::vec((1u32..4, 0u32..140_000, 1u32..6_000, 1u32..9), 1..8),
+            deleting in proptest::collection::vec(any::<bool>(), 3),
+            modulus in 2u32..50,
+            optimize in any::<bool>(),
+        ) {
+            let posting: RoaringTreemap = offsets
+                .iter()
+                .flat_map(|(f, start, len, step)| {
+                    (0..*len).map(move |i| row_address(*f, (start + i * step).min(139_999)))
+                })
+                .collect();
+            let posting = if optimize {
+                RoaringTreemap::from_bitmaps(posting.bitmaps().map(|(h, b)| {
+                    let mut b = b.clone();
+                    b.optimize();
+                    (h, b)
+                }))
+            } else {
+                posting
+            };
+            let remap = compaction_where(140_000, |f, o| {
+                deleting[(f - 1) as usize] && o % modulus == 0
+            });
+            let mut scratch = TranslateScratch::default();
+            let got = translate_encoded(&encode(&posting), "test", &remap, &mut scratch)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(got, brute_force(&posting, &remap));
+        }
+
+        #[test]
+        fn encoded_garbage_is_an_error_not_a_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..96),
+        ) {
+            let remap = compaction_where(1_000, |_, _| false);
+            let mut scratch = TranslateScratch::default();
+            let _ = translate_encoded(&bytes, "test", &remap, &mut scratch);
         }
 
         #[test]

@@ -10,6 +10,8 @@
 
 mod reader;
 mod remap;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

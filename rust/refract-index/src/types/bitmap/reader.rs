@@ -17,7 +17,8 @@ use crate::keys::{downcast, range_is_empty, Key, KeyColumn, KeyKind};
 use crate::posting;
 use crate::types::{IndexContext, IndexQuery, IndexSegmentReader, SearchResult};
 
-const WHAT: &str = "bitmap index";
+/// Names the index in errors.
+pub(crate) const WHAT: &str = "bitmap index";
 
 /// An opened bitmap segment.
 pub struct BitmapSegment {
@@ -137,8 +138,8 @@ pub(crate) fn check_schema(file: &LanceFileReader) -> Result<DataType> {
     Ok(value.data_type().clone())
 }
 
-/// Decodes every posting of a `posting` column batch, in row order.
-pub(crate) fn decode_postings(batch: &RecordBatch) -> Result<Vec<RoaringTreemap>> {
+/// The `posting` column of a batch, checked to hold no null.
+pub(crate) fn posting_bytes(batch: &RecordBatch) -> Result<&BinaryArray> {
     let column = batch
         .column_by_name(POSTING_COLUMN)
         .ok_or_else(|| Error::corrupt(WHAT, "missing posting column"))?;
@@ -146,7 +147,12 @@ pub(crate) fn decode_postings(batch: &RecordBatch) -> Result<Vec<RoaringTreemap>
     if postings.null_count() > 0 {
         return Err(Error::corrupt(WHAT, "null posting"));
     }
-    postings
+    Ok(postings)
+}
+
+/// Decodes every posting of a `posting` column batch, in row order.
+pub(crate) fn decode_postings(batch: &RecordBatch) -> Result<Vec<RoaringTreemap>> {
+    posting_bytes(batch)?
         .iter()
         .map(|bytes| posting::decode(bytes.unwrap_or_default(), WHAT))
         .collect()

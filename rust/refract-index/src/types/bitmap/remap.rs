@@ -1,5 +1,8 @@
 //! Streaming bitmap remap: postings are read a few rows at a time and each
-//! posting's addresses are translated in ascending slices of at most
+//! posting is translated from its stored bytes ([`translate_encoded`]): a
+//! fragment's part that moves by one constant (compaction of a fragment that
+//! lost no row) is shifted container by container straight from the bytes;
+//! other parts are translated in ascending slices of at most
 //! [`MAX_TRANSLATION_BATCH`](crate::types::MAX_TRANSLATION_BATCH), so a dense
 //! posting (millions of rows compressed into a few KiB) never expands into a
 //! row-count-sized buffer. Every row sits in exactly one posting, so each
@@ -9,10 +12,10 @@ use futures::TryStreamExt;
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
 
-use super::reader::{check_schema, decode_postings};
+use super::reader::{check_schema, posting_bytes, WHAT};
 use super::{BitmapDetails, BitmapWriter, BITMAP_FILE, ROWS_PER_BATCH, VALUE_COLUMN};
 use crate::keys::KeyColumn;
-use crate::posting::{translate_posting, TranslateScratch};
+use crate::posting::{translate_encoded, TranslateScratch};
 use crate::types::{IndexContext, Translator};
 
 /// Rewrites the bitmap segment at `old_dir` into `new_dir` through `translator`.
@@ -30,7 +33,7 @@ pub(crate) async fn remap(
     let value_type = check_schema(&file)?;
     if file.num_rows() != details.num_keys {
         return Err(Error::corrupt(
-            "bitmap index",
+            WHAT,
             format!(
                 "holds {} rows, details say {}",
                 file.num_rows(),
@@ -47,10 +50,11 @@ pub(crate) async fn remap(
     while let Some(batch) = stream.try_next().await? {
         let values = batch
             .column_by_name(VALUE_COLUMN)
-            .ok_or_else(|| Error::corrupt("bitmap index", "missing value column"))?;
+            .ok_or_else(|| Error::corrupt(WHAT, "missing value column"))?;
         let keys = KeyColumn::new(values)?;
-        for (i, old) in decode_postings(&batch)?.into_iter().enumerate() {
-            let new = translate_posting(&old, translator, &mut scratch)?;
+        for (i, old) in posting_bytes(&batch)?.iter().enumerate() {
+            // Read in place: no decoded copy of the old posting.
+            let new = translate_encoded(old.unwrap_or_default(), WHAT, translator, &mut scratch)?;
             writer.push(keys.key_at(i), &new).await?;
         }
     }
