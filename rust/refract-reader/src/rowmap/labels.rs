@@ -124,6 +124,9 @@ impl LabelChunk {
         if label == DELETED {
             return None;
         }
+        if self.width > 0 && usize::from(label) < self.width {
+            return Some((label, self.rank_sequential(position, label, cursor)));
+        }
         let slot = usize::from(label);
         let block_start = self.block_start(position);
         let checkpoint = self.scan_start(position, block_start, label);
@@ -138,6 +141,47 @@ impl LabelChunk {
         }
         cursor.last[slot] = (position, rank);
         Some((label, rank))
+    }
+
+    /// The rank of `label` at `position` from the cursor's running counts of
+    /// every label: a walk that moves forward inside one stride only counts
+    /// the labels it passes (one increment each, whatever their label), and
+    /// any other move restarts from the stride's checkpoint. Needs
+    /// checkpoints (`width > 0`) and `label < width`.
+    fn rank_sequential(&self, position: usize, label: u16, cursor: &mut RankCursor) -> u64 {
+        let block_start = self.block_start(position);
+        let stride_start = ((position >> self.stride_shift) << self.stride_shift).max(block_start);
+        let walk = &mut cursor.walk;
+        let continues = walk.chunk == Some(self.first_row)
+            && walk.position >= stride_start
+            && walk.position <= position;
+        if !continues {
+            walk.chunk = Some(self.first_row);
+            walk.counts.clear();
+            if stride_start == block_start {
+                // A block's first stride starts from zero.
+                walk.counts.resize(self.width, 0);
+            } else {
+                let stride = position >> self.stride_shift;
+                let at = stride * self.width;
+                match self.checkpoints.get(at..at + self.width) {
+                    Some(counts) => walk.counts.extend(counts.iter().map(|c| u32::from(*c))),
+                    None => walk.counts.resize(self.width, 0),
+                }
+            }
+            walk.position = stride_start;
+        }
+        for passed in &self.labels[walk.position..position] {
+            // DELETED and out-of-range labels have no count.
+            if let Some(count) = walk.counts.get_mut(usize::from(*passed)) {
+                *count += 1;
+            }
+        }
+        walk.position = position;
+        walk.counts
+            .get(usize::from(label))
+            .copied()
+            .map_or(0, u64::from)
     }
 
     /// Where a rank scan of `label` at `position` starts: its stride's first
@@ -202,6 +246,17 @@ fn count_label(labels: &[u16], label: u16) -> u64 {
 pub struct RankCursor {
     /// Per label: (chunk-relative position, its rank), `usize::MAX` if unset.
     last: Vec<(usize, u64)>,
+    /// Running counts of every label, for chunks with checkpoints.
+    walk: SequentialWalk,
+}
+
+/// Counts of every label from its block's start up to `position` (excluded)
+/// in the chunk starting at row `chunk`.
+#[derive(Debug, Default, Clone)]
+struct SequentialWalk {
+    chunk: Option<u64>,
+    position: usize,
+    counts: Vec<u32>,
 }
 
 impl RankCursor {
@@ -213,6 +268,7 @@ impl RankCursor {
     /// Forgets every remembered rank (for a walk over another chunk).
     pub fn reset(&mut self) {
         self.last.clear();
+        self.walk.chunk = None;
     }
 }
 
@@ -333,6 +389,46 @@ mod tests {
                     "{destinations} destinations, position {position}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn running_counts_match_the_reference_for_every_step() {
+        // Dense, strided and sparse ascending walks, then a walk that moves
+        // back, reuses one cursor across two chunks and repeats positions.
+        let block_rows = 4_096;
+        let raw = sample(20_000, 16);
+        let chunk = LabelChunk::from_arrays(0, block_rows, 16, &[UInt16Array::from(raw.clone())]);
+        let other_raw = sample(5_000, 16);
+        let other = LabelChunk::from_arrays(
+            20_000,
+            block_rows,
+            16,
+            &[UInt16Array::from(other_raw.clone())],
+        );
+        for step in [1usize, 3, 10, 63, 64, 65, 100, 5_000] {
+            let mut cursor = RankCursor::new();
+            for position in (0..20_000).step_by(step) {
+                assert_eq!(
+                    chunk.label_and_rank_with(position, &mut cursor),
+                    reference(&raw, block_rows, position),
+                    "step {step}, position {position}"
+                );
+            }
+        }
+        let mut cursor = RankCursor::new();
+        for position in [5usize, 70, 70, 69, 4_095, 4_096, 4_100, 10, 4_200, 19_999] {
+            assert_eq!(
+                chunk.label_and_rank_with(position, &mut cursor),
+                reference(&raw, block_rows, position),
+                "position {position}"
+            );
+            let near = position % 5_000;
+            assert_eq!(
+                other.label_and_rank_with(near, &mut cursor),
+                reference(&other_raw, block_rows, near),
+                "other chunk, position {near}"
+            );
         }
     }
 
