@@ -11,7 +11,8 @@
 //!   [`MAX_TRANSLATION_BATCH`] addresses and assembles the survivors without
 //!   per-element treemap inserts ([`TreemapAssembler`]);
 //! * [`TranslationMemo`] is for types whose postings share rows (ngram: a row
-//!   sits in one posting per trigram): each stored address is translated once,
+//!   sits in one posting per trigram): parts that move by one constant are
+//!   shifted in bulk; in the others each stored address is translated once,
 //!   in ascending batches of at most [`MAX_TRANSLATION_BATCH`], and its result
 //!   kept in a dense per-fragment table (8 bytes per stored row, indexed by
 //!   offset; no hash map), so later postings only look results up.
@@ -830,7 +831,9 @@ impl TranslationMemo {
         Self::default()
     }
 
-    /// Translates `posting`: addresses seen before are looked up, new ones are
+    /// Translates `posting`: a part whose offsets all move by one constant
+    /// ([`Translator::shift_of_range`]) is shifted in bulk and needs no memo;
+    /// in other parts, addresses seen before are looked up and new ones are
     /// translated in ascending batches of at most [`MAX_TRANSLATION_BATCH`].
     /// One pass over the posting: known results go to the output at once,
     /// new addresses after their batch is translated.
@@ -842,7 +845,14 @@ impl TranslationMemo {
         // Parts and tables both ascend by high key: a forward cursor.
         let mut table = 0;
         for (high, part) in posting.bitmaps() {
-            let Some(max) = part.max() else { continue };
+            let (Some(min), Some(max)) = (part.min(), part.max()) else {
+                continue;
+            };
+            if let Some(base) = translator.shift_of_range(high, min, max)? {
+                // The whole part moves by one constant: no lookups, no table.
+                self.assembler.push_shifted(part, base);
+                continue;
+            }
             table = self.table_at(table, high, max);
             let mut lows = part.iter();
             loop {
@@ -1131,6 +1141,34 @@ mod tests {
         for batch in &batches {
             assert!(batch.windows(2).all(|w| w[0] < w[1]), "ascending batches");
         }
+    }
+
+    #[test]
+    fn memo_shifts_whole_parts_and_memoizes_only_the_rest() {
+        // Fragment 2 loses rows, so only its addresses need the memo;
+        // fragments 1 and 3 move by one constant each.
+        let rows = 50_000;
+        let remap = compaction_where(rows, |f, o| f == 2 && o % 7 == 0);
+        let postings = [
+            mixed_posting(rows),
+            (1..=3u32)
+                .flat_map(|f| (0..rows).step_by(5).map(move |o| row_address(f, o)))
+                .collect(),
+        ];
+        let mut memo = TranslationMemo::new();
+        for posting in &postings {
+            assert_eq!(
+                memo.remap(posting, &remap).unwrap(),
+                brute_force(posting, &remap)
+            );
+        }
+        // Fragment 2's stored addresses of both postings, each translated once.
+        let fragment_two: RoaringTreemap = postings
+            .iter()
+            .flat_map(|p| p.iter())
+            .filter(|a| a >> 32 == 2)
+            .collect();
+        assert_eq!(memo.translated(), fragment_two.len());
     }
 
     #[test]

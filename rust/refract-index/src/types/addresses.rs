@@ -21,7 +21,9 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::TryStreamExt;
 use lance_encoding::constants::{DICT_DIVISOR_META_KEY, RLE_THRESHOLD_META_KEY};
 use refract_core::{Error, Result};
-use refract_table::io::{DatasetStore, LanceFileReader, LanceFileWriter, RelativePath};
+use refract_table::io::{
+    DatasetStore, LanceFileReader, LanceFileWriter, RelativePath, STREAMING_PAGE_BYTES,
+};
 
 use crate::types::{Translator, MAX_TRANSLATION_BATCH};
 
@@ -62,7 +64,13 @@ pub(crate) async fn write_translated_addresses(
 ) -> Result<Option<u64>> {
     let entries = old.num_rows();
     let limit = entries / TOMBSTONE_DIVISOR;
-    let mut writer = LanceFileWriter::create(store, new_path, addresses_schema()).await?;
+    let mut writer = LanceFileWriter::create_streaming(
+        store,
+        new_path,
+        addresses_schema(),
+        STREAMING_PAGE_BYTES,
+    )
+    .await?;
     let mut tombstones = 0u64;
     match translate_into(old, &mut writer, translator, limit, &mut tombstones, what).await {
         Ok(true) => {}

@@ -25,6 +25,13 @@ use lance_file::writer::{FileWriter, FileWriterOptions};
 use lance_io::object_store::ObjectStore as LanceObjectStore;
 use lance_io::scheduler::{ScanScheduler, SchedulerConfig};
 
+/// I/O budget of a streaming reader ([`LanceFileReader::open_streaming`]) for
+/// index remaps, which consume the old file in small windows.
+pub const STREAMING_READ_BUFFER_BYTES: u64 = 8 * 1024 * 1024;
+/// Page buffer per column of a streaming writer
+/// ([`LanceFileWriter::create_streaming`]) for index remaps.
+pub const STREAMING_PAGE_BYTES: u64 = 1024 * 1024;
+
 /// Bytes one reader may have in flight. lance's `max_bandwidth` default is
 /// 32 MiB per I/O thread (256 MiB here), which an index remap streaming an old
 /// segment fills entirely: its peak RSS followed that budget, not the rows.
@@ -180,6 +187,32 @@ impl LanceFileWriter {
         Self::create_with(store, path, schema, options).await
     }
 
+    /// Like [`Self::create_keeping_batches`], buffering about `page_bytes`
+    /// of data per column before a page is encoded and written (Lance's
+    /// default is 8 MiB per column). For one-pass rewrites of index files
+    /// (remaps, [`STREAMING_PAGE_BYTES`]) whose memory should not follow
+    /// Lance's page buffers; smaller pages cost a little more page metadata.
+    /// Zero is InvalidInput.
+    pub async fn create_streaming(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+        page_bytes: u64,
+    ) -> Result<Self> {
+        if page_bytes == 0 {
+            return Err(Error::invalid_input(format!(
+                "page buffer of Lance file {path} must be at least one byte"
+            )));
+        }
+        let columns = u64::try_from(schema.fields().len().max(1)).unwrap_or(u64::MAX);
+        let options = FileWriterOptions {
+            keep_original_array: Some(true),
+            data_cache_bytes: Some(page_bytes.saturating_mul(columns)),
+            ..FileWriterOptions::default()
+        };
+        Self::create_with(store, path, schema, options).await
+    }
+
     async fn create_with(
         store: &DatasetStore,
         path: &RelativePath,
@@ -298,8 +331,15 @@ async fn open_isolated(
     path: &RelativePath,
     size: u64,
     cache: LanceCache,
+    read_buffer_bytes: u64,
 ) -> Result<LanceFileReader> {
-    let task = tokio::spawn(open_reader(lance_store, path.clone(), size, cache));
+    let task = tokio::spawn(open_reader(
+        lance_store,
+        path.clone(),
+        size,
+        cache,
+        read_buffer_bytes,
+    ));
     match task.await {
         Ok(result) => result,
         Err(join) if join.is_panic() => Err(Error::corrupt(
@@ -311,15 +351,17 @@ async fn open_isolated(
 }
 
 /// Opens a reader on a file of `size` bytes (size already validated) in
-/// `lance_store`, keeping its metadata in `cache`.
+/// `lance_store`, keeping its metadata in `cache`, with `read_buffer_bytes`
+/// of I/O in flight at most.
 async fn open_reader(
     lance_store: Arc<LanceObjectStore>,
     path: RelativePath,
     size: u64,
     cache: LanceCache,
+    read_buffer_bytes: u64,
 ) -> Result<LanceFileReader> {
     let scheduler =
-        ScanScheduler::new(lance_store.clone(), SchedulerConfig::new(READ_BUFFER_BYTES));
+        ScanScheduler::new(lance_store.clone(), SchedulerConfig::new(read_buffer_bytes));
     let file = scheduler
         .open_file(&path.to_object_path(), &CachedFileSize::new(size))
         .await
@@ -425,7 +467,14 @@ impl LanceFileReader {
         path: &RelativePath,
         known_size: Option<u64>,
     ) -> Result<Self> {
-        Self::open_with(store, path, known_size, MetadataCaching::Store).await
+        Self::open_with(
+            store,
+            path,
+            known_size,
+            MetadataCaching::Store,
+            READ_BUFFER_BYTES,
+        )
+        .await
     }
 
     /// Like [`Self::open`], but nothing about the file is kept in the store's
@@ -437,7 +486,42 @@ impl LanceFileReader {
         path: &RelativePath,
         known_size: Option<u64>,
     ) -> Result<Self> {
-        Self::open_with(store, path, known_size, MetadataCaching::None).await
+        Self::open_with(
+            store,
+            path,
+            known_size,
+            MetadataCaching::None,
+            READ_BUFFER_BYTES,
+        )
+        .await
+    }
+
+    /// Like [`Self::open_uncached`], with at most `read_buffer_bytes` of I/O
+    /// in flight instead of [`READ_BUFFER_BYTES`]: for one-pass streaming
+    /// reads whose consumer works through small windows (index remaps,
+    /// [`STREAMING_READ_BUFFER_BYTES`]), so read-ahead does not hold far more
+    /// of the file than is being rewritten. The budget is a back-pressure
+    /// limit, not a cap on one request: a single page larger than it is
+    /// still read. Zero is InvalidInput.
+    pub async fn open_streaming(
+        store: &DatasetStore,
+        path: &RelativePath,
+        known_size: Option<u64>,
+        read_buffer_bytes: u64,
+    ) -> Result<Self> {
+        if read_buffer_bytes == 0 {
+            return Err(Error::invalid_input(format!(
+                "read buffer of Lance file {path} must be at least one byte"
+            )));
+        }
+        Self::open_with(
+            store,
+            path,
+            known_size,
+            MetadataCaching::None,
+            read_buffer_bytes,
+        )
+        .await
     }
 
     async fn open_with(
@@ -445,6 +529,7 @@ impl LanceFileReader {
         path: &RelativePath,
         known_size: Option<u64>,
         caching: MetadataCaching,
+        read_buffer_bytes: u64,
     ) -> Result<Self> {
         let size = match known_size {
             Some(size) => size,
@@ -455,7 +540,14 @@ impl LanceFileReader {
             MetadataCaching::Store => store.lance_cache().clone(),
             MetadataCaching::None => NO_METADATA_CACHE.clone(),
         };
-        let result = open_isolated(store.lance_store().clone(), path, size, cache).await;
+        let result = open_isolated(
+            store.lance_store().clone(),
+            path,
+            size,
+            cache,
+            read_buffer_bytes,
+        )
+        .await;
         match (result, known_size) {
             (Err(Error::External { context, source }), Some(expected)) => {
                 Err(explain_size_mismatch(store, path, expected, context, source).await)
@@ -508,7 +600,14 @@ impl LanceFileReader {
             0,
             None,
         );
-        open_isolated(Arc::new(lance_store), path, size, NO_METADATA_CACHE.clone()).await
+        open_isolated(
+            Arc::new(lance_store),
+            path,
+            size,
+            NO_METADATA_CACHE.clone(),
+            READ_BUFFER_BYTES,
+        )
+        .await
     }
 
     /// The path this reader was opened on.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use refract_core::{Error, Result};
-use refract_table::io::{LanceFileReader, RelativePath};
+use refract_table::io::{LanceFileReader, RelativePath, STREAMING_READ_BUFFER_BYTES};
 
 use super::{
     BTreeDetails, ADDRESSES_FILE, ADDR_COLUMN, BTREE_VERSION, LEGACY_PAGE_DATA_FILE, VALUES_FILE,
@@ -37,7 +37,8 @@ pub(crate) fn values_schema(value_type: &DataType) -> SchemaRef {
 pub(crate) enum Caching {
     /// File metadata kept in the store's Lance cache (searches).
     Cached,
-    /// Nothing cached (one-pass reads of a segment about to be replaced).
+    /// Nothing cached, small read-ahead (one-pass reads of a segment about to
+    /// be replaced).
     Uncached,
 }
 
@@ -67,7 +68,15 @@ impl SegmentFiles {
             let path = dir.join(name)?;
             match caching {
                 Caching::Cached => LanceFileReader::open(&ctx.store, &path, None).await,
-                Caching::Uncached => LanceFileReader::open_uncached(&ctx.store, &path, None).await,
+                Caching::Uncached => {
+                    LanceFileReader::open_streaming(
+                        &ctx.store,
+                        &path,
+                        None,
+                        STREAMING_READ_BUFFER_BYTES,
+                    )
+                    .await
+                }
             }
         };
         let (values, addresses) = if details.version == BTREE_VERSION {

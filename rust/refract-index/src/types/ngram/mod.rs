@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use refract_core::{Error, Result};
-use refract_table::io::{LanceFileReader, RelativePath};
+use refract_table::io::{LanceFileReader, RelativePath, STREAMING_READ_BUFFER_BYTES};
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 
@@ -46,7 +46,7 @@ const ROW_ADDR_COLUMN: &str = "_rowaddr";
 /// On-disk layout version.
 const FORMAT_VERSION: u32 = 1;
 /// Postings read per batch while remapping (each may be large once decoded).
-const REMAP_READ_ROWS: u32 = 64;
+const REMAP_READ_ROWS: u32 = 8;
 
 /// The ngram index type.
 #[derive(Debug, Clone, Copy, Default)]
@@ -86,6 +86,11 @@ async fn open_postings(
     details: &NgramDetails,
 ) -> Result<LanceFileReader> {
     let reader = LanceFileReader::open(&ctx.store, &postings_path(dir)?, None).await?;
+    check_postings(reader, details)
+}
+
+/// Checks an opened postings file against `details`.
+fn check_postings(reader: LanceFileReader, details: &NgramDetails) -> Result<LanceFileReader> {
     storage::check_schema(&reader)?;
     if reader.num_rows() != details.trigrams {
         return Err(Error::corrupt(
@@ -193,8 +198,17 @@ impl IndexType for NgramIndex {
         translator: &dyn Translator,
     ) -> Result<Vec<u8>> {
         let details = NgramDetails::decode(details)?;
-        let reader = open_postings(ctx, old_dir, &details).await?;
-        let mut writer = PostingsWriter::create(&ctx.store, new_dir).await?;
+        // One pass over the old file in small windows: a small read-ahead and
+        // small page buffers keep the remap's memory off the file's size.
+        let reader = LanceFileReader::open_streaming(
+            &ctx.store,
+            &postings_path(old_dir)?,
+            None,
+            STREAMING_READ_BUFFER_BYTES,
+        )
+        .await?;
+        let reader = check_postings(reader, &details)?;
+        let mut writer = PostingsWriter::create_streaming(&ctx.store, new_dir).await?;
         let mut seen = 0u64;
         // A row sits in one posting per trigram of its value: translate it once.
         let mut memo = TranslationMemo::new();

@@ -9,7 +9,9 @@ use arrow_array::types::UInt32Type;
 use arrow_array::{Array, ArrayRef, LargeBinaryArray, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use refract_core::{Error, Result};
-use refract_table::io::{DatasetStore, LanceFileReader, LanceFileWriter, RelativePath};
+use refract_table::io::{
+    DatasetStore, LanceFileReader, LanceFileWriter, RelativePath, STREAMING_PAGE_BYTES,
+};
 use roaring::RoaringTreemap;
 
 use super::posting::{deserialize_posting, serialize_posting};
@@ -46,6 +48,8 @@ pub struct PostingsWriter {
     trigrams: Vec<Trigram>,
     postings: Vec<Vec<u8>>,
     buffered_bytes: usize,
+    /// Buffered bytes that trigger a flush.
+    flush_bytes: usize,
     last: Option<Trigram>,
     written: u64,
 }
@@ -55,14 +59,35 @@ impl PostingsWriter {
     pub async fn create(store: &DatasetStore, dir: &RelativePath) -> Result<Self> {
         let writer =
             LanceFileWriter::create(store, &postings_path(dir)?, postings_schema()).await?;
-        Ok(Self {
+        Ok(Self::around(writer, WRITE_BATCH_BYTES))
+    }
+
+    /// Like [`Self::create`] for a one-pass rewrite (a remap): postings are
+    /// handed to Lance, and Lance writes pages, every [`STREAMING_PAGE_BYTES`]
+    /// instead of every 8 MiB, so the rewrite's memory stays small.
+    pub async fn create_streaming(store: &DatasetStore, dir: &RelativePath) -> Result<Self> {
+        let writer = LanceFileWriter::create_streaming(
+            store,
+            &postings_path(dir)?,
+            postings_schema(),
+            STREAMING_PAGE_BYTES,
+        )
+        .await?;
+        // The page size is a small usize on every supported target.
+        let flush_bytes = usize::try_from(STREAMING_PAGE_BYTES).unwrap_or(WRITE_BATCH_BYTES);
+        Ok(Self::around(writer, flush_bytes))
+    }
+
+    fn around(writer: LanceFileWriter, flush_bytes: usize) -> Self {
+        Self {
             writer,
             trigrams: Vec::new(),
             postings: Vec::new(),
             buffered_bytes: 0,
+            flush_bytes,
             last: None,
             written: 0,
-        })
+        }
     }
 
     /// Appends one posting; empty postings are skipped. Trigrams must ascend.
@@ -81,7 +106,7 @@ impl PostingsWriter {
         self.buffered_bytes += bytes.len();
         self.trigrams.push(trigram);
         self.postings.push(bytes);
-        if self.trigrams.len() >= WRITE_BATCH_ROWS || self.buffered_bytes >= WRITE_BATCH_BYTES {
+        if self.trigrams.len() >= WRITE_BATCH_ROWS || self.buffered_bytes >= self.flush_bytes {
             self.flush().await?;
         }
         Ok(())
