@@ -145,6 +145,53 @@ async fn lance_round_trip_preserves_every_column(#[case] backend: Backend) {
 #[case::memory(Backend::Memory)]
 #[case::local(Backend::Local)]
 #[tokio::test]
+async fn streaming_writer_and_reader_round_trip_with_tiny_buffers(#[case] backend: Backend) {
+    let (store, _dir) = fresh(backend).await;
+    let file = data_file_path("streamed.lance").unwrap();
+    // 4 KiB pages: many pages per column for 3,000 rows.
+    let mut writer = LanceFileWriter::create_streaming(&store, &file, test_schema(), 4_096)
+        .await
+        .unwrap();
+    for start in (0..3_000).step_by(250) {
+        writer.write(&test_batch(start, 250)).await.unwrap();
+    }
+    assert_eq!(writer.finish().await.unwrap().num_rows, 3_000);
+    // A read budget far below one page still reads every row, in order.
+    let reader = LanceFileReader::open_streaming(&store, &file, None, 1_024)
+        .await
+        .unwrap();
+    let all = concat(&reader.read_all(None).await.unwrap());
+    assert_eq!(all, test_batch(0, 3_000));
+    let window: Vec<RecordBatch> = reader
+        .read_range(1_234..1_250, None, 8)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(concat(&window), test_batch(1_234, 16));
+
+    let zero_page = LanceFileWriter::create_streaming(
+        &store,
+        &data_file_path("zero.lance").unwrap(),
+        test_schema(),
+        0,
+    )
+    .await;
+    assert!(matches!(zero_page, Err(Error::InvalidInput { .. })));
+    let zero_budget = LanceFileReader::open_streaming(&store, &file, None, 0).await;
+    assert!(matches!(zero_budget, Err(Error::InvalidInput { .. })));
+    let nothing = store.head(&data_file_path("zero.lance").unwrap()).await;
+    assert!(
+        matches!(nothing, Err(Error::NotFound { .. })),
+        "{nothing:?}"
+    );
+}
+
+#[rstest]
+#[case::memory(Backend::Memory)]
+#[case::local(Backend::Local)]
+#[tokio::test]
 async fn range_reads_return_exact_rows(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "range.lance", 300).await;
