@@ -236,7 +236,7 @@ impl UploadState {
 
     /// Writes one part's bytes at `offset`.
     fn write_part(&self, offset: u64, data: &PutPayload) -> io::Result<()> {
-        let aligned_start = offset % DIRECT_ALIGN as u64 == 0;
+        let aligned_start = offset.is_multiple_of(DIRECT_ALIGN as u64);
         if aligned_start && data.content_length() >= DIRECT_ALIGN && self.direct_usable() {
             let written = BOUNCE.with(|cell| match cell.try_borrow_mut() {
                 Ok(mut bounce) => self.write_through_bounce(&mut bounce, offset, data),
