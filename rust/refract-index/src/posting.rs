@@ -1008,21 +1008,7 @@ mod tests {
     /// Fragments 1..=3 of `rows` rows each, compacted in read order into
     /// fragments 10 and 11; every row whose offset is a multiple of 7 is deleted.
     fn compaction(rows: u64) -> RowAddrRemap {
-        let old: Vec<FragmentRows> = (1..=3).map(|id| FragmentRows::new(id, rows)).collect();
-        let surviving: RoaringTreemap = (1..=3u32)
-            .flat_map(|f| (0..rows as u32).map(move |o| row_address(f, o)))
-            .filter(|a| (a & 0xffff_ffff) % 7 != 0)
-            .collect();
-        let live = surviving.len();
-        RowAddrRemap::compact(vec![RewriteGroupInput {
-            old_fragments: old,
-            new_fragments: vec![
-                FragmentRows::new(10, live / 2),
-                FragmentRows::new(11, live - live / 2),
-            ],
-            surviving,
-        }])
-        .unwrap()
+        compaction_where(rows as u32, |_, o| o.is_multiple_of(7))
     }
 
     /// A stable partition of fragments 10 and 11 (rows of `compaction(rows)`)

@@ -29,6 +29,8 @@ pub mod bitmap;
 pub mod btree;
 pub mod ivf_flat;
 pub mod ngram;
+#[cfg(test)]
+pub(crate) mod test_support;
 
 pub use crate::translate::{Translator, MAX_TRANSLATION_BATCH};
 

@@ -8,30 +8,14 @@ use std::sync::Arc;
 use arrow_array::{Int32Array, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 use futures::stream;
-use refract_core::{
-    row_address, ByteWeightedCache, FragmentRows, RewriteGroupInput, RowAddrRemap, Translator,
-};
-use refract_table::io::{DatasetStore, RelativePath};
+use refract_core::{row_address, FragmentRows, RewriteGroupInput, RowAddrRemap, Translator};
+use refract_table::io::RelativePath;
 use refract_table::predicate::Literal;
 use roaring::RoaringTreemap;
 
 use super::{BitmapDetails, BitmapIndexType};
+use crate::types::test_support::{context, seg};
 use crate::types::{IndexContext, IndexParams, IndexQuery, IndexType, SearchResult};
-
-async fn context() -> (IndexContext, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let ctx = IndexContext {
-        store: DatasetStore::open(dir.path().to_str().unwrap(), true)
-            .await
-            .unwrap(),
-        cache: ByteWeightedCache::new(16 << 20),
-    };
-    (ctx, dir)
-}
-
-fn seg(name: &str) -> RelativePath {
-    RelativePath::parse(&format!("_indices/{name}")).unwrap()
-}
 
 /// The indexed rows: `(value, address)` in fragments `0..fragments` of `rows`
 /// rows each. Value of row `i` (global): `value(i)`.
@@ -132,7 +116,7 @@ async fn postings(
     out
 }
 
-async fn check_remap(table: &Table, remap: &RowAddrRemap, distinct: i32) {
+async fn check_remap(table: &Table, remap: &dyn Translator, distinct: i32) {
     let (ctx, _dir) = context().await;
     let details = BitmapIndexType
         .build(
@@ -198,24 +182,5 @@ async fn remap_through_a_batch_translator_is_exact() {
     }
     let table = Table::new(6, 30_000, |i| (i % 3 != 0).then_some((i % 4) as i32));
     let remap = table.compaction(65_536, |f, o| f == 1 && o < 10_000);
-    let batches = Batches(remap);
-    let (ctx, _dir) = context().await;
-    let details = BitmapIndexType
-        .build(
-            &ctx,
-            &seg("old"),
-            Box::pin(stream::iter(table.batches())),
-            &IndexParams::default(),
-        )
-        .await
-        .unwrap();
-    let new = BitmapIndexType
-        .remap(&ctx, &seg("old"), &details, &seg("new"), &batches)
-        .await
-        .unwrap();
-    let keys = std::iter::once(None).chain((0..4).map(Some));
-    assert_eq!(
-        postings(&ctx, &seg("new"), &new, keys).await,
-        table.expected(&batches)
-    );
+    check_remap(&table, &Batches(remap), 4).await;
 }

@@ -10,8 +10,8 @@ use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
-use refract_core::{ByteWeightedCache, Error, Result};
-use refract_table::io::{DatasetStore, LanceFileReader, LanceFileWriter, RelativePath};
+use refract_core::{Error, Result};
+use refract_table::io::{LanceFileReader, LanceFileWriter, RelativePath};
 use refract_table::predicate::Literal;
 use roaring::RoaringTreemap;
 use rstest::rstest;
@@ -20,26 +20,11 @@ use super::{
     data_schema, BTreeDetails, BTreeIndexType, ADDRESSES_FILE, BTREE_VERSION,
     LEGACY_PAGE_DATA_FILE, PAGE_LOOKUP_FILE, VALUES_FILE,
 };
+use crate::types::test_support::{context, seg};
 use crate::types::{
     IndexContext, IndexParams, IndexQuery, IndexType, SearchResult, Translator,
     MAX_TRANSLATION_BATCH,
 };
-
-/// A local store (so copies are hard links) under a temporary directory.
-async fn context() -> (IndexContext, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let ctx = IndexContext {
-        store: DatasetStore::open(dir.path().to_str().unwrap(), true)
-            .await
-            .unwrap(),
-        cache: ByteWeightedCache::new(16 << 20),
-    };
-    (ctx, dir)
-}
-
-fn seg(name: &str) -> RelativePath {
-    RelativePath::parse(&format!("_indices/{name}")).unwrap()
-}
 
 /// The indexed rows as the table sees them: value and current address
 /// (`None` once deleted).
