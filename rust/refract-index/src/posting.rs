@@ -7,9 +7,10 @@
 //! allocates anything.
 //!
 //! Remapping postings (shared by the bitmap and ngram types):
-//! * [`translate_posting`] walks one posting in ascending slices of at most
-//!   [`MAX_TRANSLATION_BATCH`] addresses and assembles the survivors without
-//!   per-element treemap inserts ([`TreemapAssembler`]);
+//! * [`translate_encoded`] walks one stored posting, shifting parts that move
+//!   by one constant in bulk and translating the others in ascending slices of
+//!   at most [`MAX_TRANSLATION_BATCH`] addresses, and assembles the survivors
+//!   without per-element treemap inserts ([`TreemapAssembler`]);
 //! * [`TranslationMemo`] is for types whose postings share rows (ngram: a row
 //!   sits in one posting per trigram): parts that move by one constant are
 //!   shifted in bulk; in the others each stored address is translated once,
@@ -299,28 +300,33 @@ impl TreemapAssembler {
 
     /// Adds `base + o` (wrapping) for every offset `o` of `part`: a run that a
     /// translator moved by one constant ([`Translator::shift_of_range`]).
-    pub fn push_shifted(&mut self, part: &RoaringBitmap, base: u64) {
+    pub fn push_shifted(&mut self, part: &RoaringBitmap, base: u64) -> Result<()> {
         let (Some(min), Some(max)) = (part.min(), part.max()) else {
-            return;
+            return Ok(());
         };
-        let (first, last) = (
-            base.wrapping_add(u64::from(min)),
-            base.wrapping_add(u64::from(max)),
-        );
-        if first >> 32 != last >> 32 {
-            // Crosses a high key: not what a shift promises, but stay exact.
-            part.iter()
-                .for_each(|o| self.push(base.wrapping_add(u64::from(o))));
-            return;
-        }
-        self.seek((first >> 32) as u32);
-        // Truncation keeps the low 32 bits; no carry into the high key
-        // between `first` and `last`.
-        let shift = base as u32;
+        let shift = self.seek_shifted(min, max, base)?;
         let target = &mut self.parts[self.current];
         for offset in part {
             target.push(shift.wrapping_add(offset), &mut self.spare);
         }
+        Ok(())
+    }
+
+    /// Makes the part that `base + min ..= base + max` lands in current and
+    /// returns the low half of `base`, which moves every offset of the run
+    /// within that part. A run that would cross into another part breaks the
+    /// promise of [`Translator::shift_of_range`]: InvalidInput.
+    fn seek_shifted(&mut self, min: u32, max: u32, base: u64) -> Result<u32> {
+        let first = base.wrapping_add(u64::from(min));
+        let last = base.wrapping_add(u64::from(max));
+        if first >> 32 != last >> 32 {
+            return Err(Error::invalid_input(
+                "a constant shift crossed a fragment boundary",
+            ));
+        }
+        self.seek((first >> 32) as u32);
+        // Truncation keeps the low half; no carry between `first` and `last`.
+        Ok(base as u32)
     }
 
     /// [`Self::push_shifted`] for a serialized part read in place, checking
@@ -329,17 +335,7 @@ impl TreemapAssembler {
         let Some((min, max)) = part.bounds else {
             return Ok(());
         };
-        let (first, last) = (
-            base.wrapping_add(u64::from(min)),
-            base.wrapping_add(u64::from(max)),
-        );
-        if first >> 32 != last >> 32 {
-            return Err(Error::invalid_input(
-                "a constant shift crossed a fragment boundary",
-            ));
-        }
-        self.seek((first >> 32) as u32);
-        let shift = base as u32; // the low half; no carry between first and last
+        let shift = self.seek_shifted(min, max, base)?;
         let target = &mut self.parts[self.current];
         let spare = &mut self.spare;
         let corrupt = |detail: &str| Error::corrupt(what, format!("posting part: {detail}"));
@@ -666,7 +662,7 @@ impl<'a> ByteCursor<'a> {
     }
 }
 
-/// Reusable buffers of [`translate_posting`].
+/// Reusable buffers of [`translate_encoded`].
 #[derive(Debug, Default)]
 pub struct TranslateScratch {
     slice: Vec<u64>,
@@ -684,38 +680,16 @@ impl TranslateScratch {
     }
 }
 
-/// Translates `posting` through `translator`; rows that are gone are dropped.
-/// Each fragment's part moves in bulk when the translator knows that all of
-/// its offset range moves by one constant ([`Translator::shift_of_range`]);
-/// otherwise it goes through [`Translator::translate_part`] when the
-/// translator streams (an in-memory remap), or is translated in ascending
-/// slices of at most [`MAX_TRANSLATION_BATCH`]. Either way a dense posting
-/// never expands beyond one slice.
-pub fn translate_posting(
-    posting: &RoaringTreemap,
-    translator: &dyn Translator,
-    scratch: &mut TranslateScratch,
-) -> Result<RoaringTreemap> {
-    scratch.reset();
-    for (high, part) in posting.bitmaps() {
-        let (Some(min), Some(max)) = (part.min(), part.max()) else {
-            continue;
-        };
-        if let Some(base) = translator.shift_of_range(high, min, max)? {
-            scratch.assembler.push_shifted(part, base);
-            continue;
-        }
-        translate_part(high, part, translator, scratch)?;
-    }
-    flush_slice(translator, scratch)?;
-    Ok(scratch.assembler.finish())
-}
-
-/// [`translate_posting`] of an encoded posting (see [`encode`]), read in
-/// place: a part that moves by one constant is shifted straight from its
-/// serialized containers, without building a `RoaringBitmap`; other parts
-/// are decoded and translated like [`translate_posting`] does. Damaged bytes
-/// are Corrupt errors naming `what`, as with [`decode`].
+/// Translates an encoded posting (see [`encode`]) through `translator`,
+/// reading it in place; rows that are gone are dropped. A fragment's part
+/// whose whole offset range moves by one constant
+/// ([`Translator::shift_of_range`]) is shifted straight from its serialized
+/// containers, without building a `RoaringBitmap`; other parts are decoded
+/// and go through [`Translator::translate_part`] when the translator streams
+/// (an in-memory remap), else in ascending slices of at most
+/// [`MAX_TRANSLATION_BATCH`]. Either way a dense posting never expands beyond
+/// one slice. Damaged bytes are Corrupt errors naming `what`, as with
+/// [`decode`].
 pub fn translate_encoded(
     bytes: &[u8],
     what: &str,
@@ -850,7 +824,7 @@ impl TranslationMemo {
             };
             if let Some(base) = translator.shift_of_range(high, min, max)? {
                 // The whole part moves by one constant: no lookups, no table.
-                self.assembler.push_shifted(part, base);
+                self.assembler.push_shifted(part, base)?;
                 continue;
             }
             table = self.table_at(table, high, max);
@@ -1059,7 +1033,7 @@ mod tests {
     }
 
     #[test]
-    fn translate_posting_is_exact_after_compaction_with_deletions() {
+    fn translation_is_exact_after_compaction_with_deletions() {
         let remap = compaction(50_000);
         // Every fifth row of the three fragments: 30,000 addresses.
         let posting: RoaringTreemap = (1..=3u32)
@@ -1067,7 +1041,7 @@ mod tests {
             .collect();
         let recording = Recording::new(&remap);
         let mut scratch = TranslateScratch::default();
-        let new = translate_posting(&posting, &recording, &mut scratch).unwrap();
+        let new = translate_encoded(&encode(&posting), "test", &recording, &mut scratch).unwrap();
         assert_eq!(new, brute_force(&posting, &remap));
         // Offsets that are multiples of 35 were deleted.
         assert_eq!(new.len(), 30_000 - 3 * 50_000u64.div_ceil(35));
@@ -1077,17 +1051,18 @@ mod tests {
         // The remap itself streams each fragment's part: same postings, no batches.
         let chain = RemapChain::from(remap.clone());
         for streaming in [&remap as &dyn Translator, &chain] {
-            let again = translate_posting(&posting, streaming, &mut scratch).unwrap();
+            let again =
+                translate_encoded(&encode(&posting), "test", streaming, &mut scratch).unwrap();
             assert_eq!(again, new);
         }
     }
 
     #[test]
-    fn translate_posting_slices_cross_the_batch_boundary() {
+    fn translation_slices_cross_the_batch_boundary() {
         let posting: RoaringTreemap = (0..2 * MAX_TRANSLATION_BATCH as u64 + 3).collect();
         let recording = Recording::new(RowAddrRemap::empty());
         let mut scratch = TranslateScratch::default();
-        let new = translate_posting(&posting, &recording, &mut scratch).unwrap();
+        let new = translate_encoded(&encode(&posting), "test", &recording, &mut scratch).unwrap();
         assert_eq!(new, posting);
         let sizes: Vec<usize> = recording.batches().iter().map(Vec::len).collect();
         assert_eq!(sizes, vec![MAX_TRANSLATION_BATCH, MAX_TRANSLATION_BATCH, 3]);
@@ -1158,6 +1133,41 @@ mod tests {
     }
 
     #[test]
+    fn a_shift_that_crosses_a_fragment_is_rejected_on_every_path() {
+        // Claims fragment 1 moves by a constant that carries its larger
+        // offsets into the next fragment: a broken `shift_of_range` promise.
+        struct Crossing;
+        impl Translator for Crossing {
+            fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+                out.clear();
+                out.extend(batch.iter().map(|a| Some(*a)));
+                Ok(())
+            }
+            fn shift_of_range(&self, _: u32, _: u32, _: u32) -> Result<Option<u64>> {
+                Ok(Some(row_address(5, u32::MAX - 10)))
+            }
+        }
+        let posting: RoaringTreemap = (0..100u32).map(|o| row_address(1, o)).collect();
+        let err = TranslationMemo::new()
+            .remap(&posting, &Crossing)
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+        let mut scratch = TranslateScratch::default();
+        let err =
+            translate_encoded(&encode(&posting), "test", &Crossing, &mut scratch).unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+        // The scratch is clean for the next posting.
+        let fine = translate_encoded(
+            &encode(&posting),
+            "test",
+            &RowAddrRemap::empty(),
+            &mut scratch,
+        )
+        .unwrap();
+        assert_eq!(fine, posting);
+    }
+
+    #[test]
     fn memo_rejects_a_translator_that_drops_results() {
         struct Short;
         impl Translator for Short {
@@ -1170,7 +1180,7 @@ mod tests {
         let err = TranslationMemo::new().remap(&posting, &Short).unwrap_err();
         assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
         let mut scratch = TranslateScratch::default();
-        let err = translate_posting(&posting, &Short, &mut scratch).unwrap_err();
+        let err = translate_encoded(&encode(&posting), "test", &Short, &mut scratch).unwrap_err();
         assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     }
 
@@ -1282,8 +1292,6 @@ mod tests {
         assert_eq!(encode(&got), encode(&want), "same containers");
         assert_eq!(paths.shifted.load(Relaxed), 2, "fragments 1 and 3");
         assert_eq!(paths.streamed.load(Relaxed), 1, "fragment 2");
-        let again = translate_posting(&posting, &counting, &mut scratch).unwrap();
-        assert_eq!(again, want);
         // An untouched fragment maps to itself through the shift as well.
         let other: RoaringTreemap = (0..5_000u32).map(|o| row_address(7, o * 3)).collect();
         let got = translate_encoded(&encode(&other), "test", &remap, &mut scratch).unwrap();

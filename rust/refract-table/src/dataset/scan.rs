@@ -527,7 +527,9 @@ mod tests {
     #[case::one_row_files(40, 1)]
     #[case::small_files(300, 7)]
     #[case::one_file(300, 1_000)]
-    #[tokio::test]
+    // Multi-threaded, so small fragments decoded on their own tasks can finish
+    // out of order: the scan must still yield them in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_pass_scan_yields_exactly_the_default_scan(
         #[case] rows_total: usize,
         #[case] rows_per_file: u64,

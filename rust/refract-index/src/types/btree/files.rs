@@ -39,7 +39,7 @@ pub(crate) enum Caching {
     Cached,
     /// Nothing cached, small read-ahead (one-pass reads of a segment about to
     /// be replaced).
-    Uncached,
+    Streaming,
 }
 
 /// The opened files of a non-empty segment.
@@ -68,7 +68,7 @@ impl SegmentFiles {
             let path = dir.join(name)?;
             match caching {
                 Caching::Cached => LanceFileReader::open(&ctx.store, &path, None).await,
-                Caching::Uncached => {
+                Caching::Streaming => {
                     LanceFileReader::open_streaming(
                         &ctx.store,
                         &path,

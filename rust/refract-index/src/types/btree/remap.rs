@@ -54,7 +54,7 @@ pub(crate) async fn remap(
     if details.entries()? == 0 {
         return Ok(BTreeDetails::empty(details.page_rows));
     }
-    let files = SegmentFiles::open(ctx, old_dir, details, Caching::Uncached).await?;
+    let files = SegmentFiles::open(ctx, old_dir, details, Caching::Streaming).await?;
     if details.version == BTREE_VERSION {
         if let Some(new) =
             remap_addresses(ctx, &files, old_dir, details, new_dir, translator).await?
