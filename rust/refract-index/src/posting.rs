@@ -1272,26 +1272,41 @@ mod tests {
         }
     }
 
+    /// `translate_encoded` of `posting` through `remap`, with the number of
+    /// parts that took the shift path and the streaming path.
+    fn translate_counting_paths(
+        posting: &RoaringTreemap,
+        remap: &RowAddrRemap,
+    ) -> (RoaringTreemap, usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let paths = Paths::default();
+        let counting = Counting {
+            inner: remap,
+            paths: &paths,
+        };
+        let mut scratch = TranslateScratch::default();
+        let got = translate_encoded(&encode(posting), "test", &counting, &mut scratch).unwrap();
+        (
+            got,
+            paths.shifted.load(Relaxed),
+            paths.streamed.load(Relaxed),
+        )
+    }
+
     #[test]
     fn encoded_translation_shifts_whole_parts_exactly() {
-        use std::sync::atomic::Ordering::Relaxed;
         // No deletions: fragments 1 and 3 each land in one new fragment and
         // move by a constant; fragment 2 straddles fragments 10 and 11.
         let rows = 200_000;
         let remap = compaction_where(rows, |_, _| false);
         let posting = mixed_posting(rows);
         let want = brute_force(&posting, &remap);
-        let paths = Paths::default();
-        let counting = Counting {
-            inner: &remap,
-            paths: &paths,
-        };
-        let mut scratch = TranslateScratch::default();
-        let got = translate_encoded(&encode(&posting), "test", &counting, &mut scratch).unwrap();
+        let (got, shifted, streamed) = translate_counting_paths(&posting, &remap);
         assert_eq!(got, want);
         assert_eq!(encode(&got), encode(&want), "same containers");
-        assert_eq!(paths.shifted.load(Relaxed), 2, "fragments 1 and 3");
-        assert_eq!(paths.streamed.load(Relaxed), 1, "fragment 2");
+        assert_eq!(shifted, 2, "fragments 1 and 3");
+        assert_eq!(streamed, 1, "fragment 2");
+        let mut scratch = TranslateScratch::default();
         // An untouched fragment maps to itself through the shift as well.
         let other: RoaringTreemap = (0..5_000u32).map(|o| row_address(7, o * 3)).collect();
         let got = translate_encoded(&encode(&other), "test", &remap, &mut scratch).unwrap();
@@ -1302,23 +1317,17 @@ mod tests {
 
     #[test]
     fn encoded_translation_with_deletions_is_exact() {
-        use std::sync::atomic::Ordering::Relaxed;
         // Fragment 2 loses rows (row by row), 1 and 3 do not (shifted).
         let rows = 100_000;
         let remap = compaction_where(rows, |f, o| f == 2 && o % 10 < 3);
         let posting = mixed_posting(rows);
-        let paths = Paths::default();
-        let counting = Counting {
-            inner: &remap,
-            paths: &paths,
-        };
-        let mut scratch = TranslateScratch::default();
-        let got = translate_encoded(&encode(&posting), "test", &counting, &mut scratch).unwrap();
+        let (got, shifted, streamed) = translate_counting_paths(&posting, &remap);
         let want = brute_force(&posting, &remap);
         assert_eq!(got, want);
         assert_eq!(encode(&got), encode(&want), "same containers");
-        assert_eq!(paths.shifted.load(Relaxed), 2);
-        assert_eq!(paths.streamed.load(Relaxed), 1);
+        assert_eq!(shifted, 2);
+        assert_eq!(streamed, 1);
+        let mut scratch = TranslateScratch::default();
         // Through ascending batches only, the same result.
         let batches = Recording::new(remap.clone());
         let again = translate_encoded(&encode(&posting), "test", &batches, &mut scratch).unwrap();
