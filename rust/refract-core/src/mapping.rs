@@ -37,6 +37,13 @@ pub trait MappingReader: Send + Sync {
     fn as_ordered_compaction(&self) -> Option<&OrderedCompactionMapping> {
         None
     }
+
+    /// The concrete reader, for crates that define readers of their own and
+    /// offer faster paths for them (a stable partition's labels held in
+    /// memory). `None` by default.
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        None
+    }
 }
 
 /// The mapping of one ordered compaction group: survivors of the sources, read in

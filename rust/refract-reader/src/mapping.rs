@@ -23,7 +23,7 @@ use crate::rowmap::{ChunkCacheMode, RowMapReader, RowMapSource};
 /// A stable-partition transition's mapping reader.
 #[derive(Debug)]
 pub struct StablePartitionMapping {
-    reader: RowMapReader,
+    reader: Arc<RowMapReader>,
     sources: Vec<u64>,
     destinations: Vec<u64>,
 }
@@ -72,7 +72,7 @@ impl StablePartitionMapping {
         )
         .await?;
         Ok(Self {
-            reader,
+            reader: Arc::new(reader),
             sources: node.sources.clone(),
             destinations: node.destinations.clone(),
         })
@@ -81,6 +81,11 @@ impl StablePartitionMapping {
     /// The row map reader.
     pub fn row_map(&self) -> &RowMapReader {
         &self.reader
+    }
+
+    /// The row map reader, shared.
+    pub fn shared_row_map(&self) -> Arc<RowMapReader> {
+        self.reader.clone()
     }
 }
 
@@ -110,6 +115,10 @@ impl MappingReader for StablePartitionMapping {
 
     async fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
         self.reader.translate(batch, out).await
+    }
+
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        Some(self)
     }
 }
 

@@ -2,7 +2,8 @@
 //! `SegmentTranslator` it was prepared from: same results (moved, deleted,
 //! dropped for a claimed or unserved fragment) and same errors, for sorted
 //! batches crossing fragment boundaries, shuffled batches with duplicates,
-//! and the per-fragment `translate_part` path.
+//! and the per-fragment `translate_part` path — through ordered compactions,
+//! stable partitions and chains of both.
 
 mod common;
 
@@ -296,7 +297,65 @@ async fn claimed_intermediates_drop_their_rows() {
 }
 
 #[tokio::test]
-async fn a_reachable_partition_is_not_prepared() {
+async fn partitions_after_compactions_are_prepared() {
+    let mut t = Table::new(3, 40).await;
+    t.index_all().await;
+    t.delete("id % 9 = 4").await;
+    assert_eq!(t.compact(&[1, 2], 500).await, vec![4]);
+    t.delete("id = 100").await;
+    assert_eq!(
+        t.partition(&[4, 3], 2, |id| (id % 2) as u16).await,
+        vec![5, 6]
+    );
+    let cases = cases(&t.ds, "id_idx").await;
+    assert!(cases.iter().all(|c| c.fast.is_some()));
+    let all = stored_addresses(&cases[0]);
+    let out = assert_same(&cases[0], &all).await;
+    // Even ids go to 5, odd ones to 6, in source order, deleted rows skipped.
+    let live: Vec<i64> = (0..120).filter(|id| id % 9 != 4 && *id != 100).collect();
+    for (id, result) in (0..120).zip(&out) {
+        let rank = live.iter().filter(|l| **l < id && *l % 2 == id % 2).count() as u32;
+        let expected = live
+            .contains(&id)
+            .then(|| RowAddress::new(5 + (id % 2) as u32, rank).0);
+        assert_eq!(*result, expected, "id {id}");
+    }
+    assert_eq!(check_equal(&t.ds).await, 3);
+    check_all(&t.ds).await;
+}
+
+#[tokio::test]
+async fn a_range_partition_moves_whole_runs_by_a_constant() {
+    let mut t = Table::new(3, 40).await;
+    t.index_all().await;
+    // Ids below 60 go to the first destination: fragment 1 and the first
+    // half of fragment 2 move together, as does the rest.
+    assert_eq!(
+        t.partition(&[1, 2, 3], 2, |id| u16::from(id >= 60)).await,
+        vec![4, 5]
+    );
+    let cases = cases(&t.ds, "id_idx").await;
+    let fast = cases[0].fast.as_ref().expect("prepared");
+    let base = |fragment: u32, offset: u32, min: u32| {
+        RowAddress::new(fragment, offset)
+            .0
+            .wrapping_sub(u64::from(min))
+    };
+    assert_eq!(fast.shift_of_range(1, 0, 39).unwrap(), Some(base(4, 0, 0)));
+    assert_eq!(fast.shift_of_range(2, 0, 19).unwrap(), Some(base(4, 40, 0)));
+    assert_eq!(
+        fast.shift_of_range(2, 20, 39).unwrap(),
+        Some(base(5, 0, 20))
+    );
+    assert_eq!(fast.shift_of_range(3, 5, 30).unwrap(), Some(base(5, 25, 5)));
+    // Straddles the two destinations.
+    assert_eq!(fast.shift_of_range(2, 10, 25).unwrap(), None);
+    assert_eq!(check_equal(&t.ds).await, 3);
+    check_all(&t.ds).await;
+}
+
+#[tokio::test]
+async fn a_partition_over_the_resident_budget_is_left_to_the_async_walk() {
     let mut t = Table::new(3, 40).await;
     t.index_all().await;
     assert_eq!(t.compact(&[1, 2], 500).await, vec![4]);
@@ -304,9 +363,29 @@ async fn a_reachable_partition_is_not_prepared() {
         t.partition(&[4, 3], 2, |id| (id % 2) as u16).await,
         vec![5, 6]
     );
-    for case in cases(&t.ds, "id_idx").await {
-        assert!(case.fast.is_none());
-    }
+    let reader = FriReader::open(&t.ds, ChunkCacheMode::Lazy).await.unwrap();
+    let history = reader.history().unwrap().clone();
+    let listing = reader.listing().unwrap().clone();
+    let meta = &segments(&t.ds, "id_idx")[0];
+    let Some(ListedEntry::Segment { plan, claimed, .. }) = listing.entry(&meta.uuid) else {
+        panic!("not a user segment");
+    };
+    let scope = SegmentScope {
+        live: listing.live().clone(),
+        claimed: claimed.clone(),
+        owned: plan.owned.clone(),
+        coverage: plan.coverage.clone(),
+        stored: meta.fragment_bitmap.clone().unwrap(),
+    };
+    let binder = MappingBinder::new(
+        t.ds.store().clone(),
+        t.ds.session().cache().clone(),
+        ChunkCacheMode::Lazy,
+    );
+    let slow = SegmentTranslator::new(history, binder, scope);
+    // 120 source rows hold 480 bytes of labels and ranks.
+    assert!(slow.prepared_within(479).await.is_none());
+    assert!(slow.prepared_within(480).await.is_some());
 }
 
 #[tokio::test]

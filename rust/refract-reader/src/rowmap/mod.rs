@@ -22,7 +22,9 @@ mod span;
 pub mod writer;
 
 pub use counts::{CountsMatrix, BLOCK_ROWS};
-pub use reader::{ChunkCacheMode, RowMapReader, RowMapSource, BLOCKS_PER_CHUNK};
+pub use reader::{
+    ChunkCacheMode, ResidentLabels, RowMapReader, RowMapSource, SourceCursor, BLOCKS_PER_CHUNK,
+};
 pub use writer::RowMapWriter;
 
 use refract_core::Result;

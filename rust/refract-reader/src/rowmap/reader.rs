@@ -5,17 +5,17 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use refract_core::cache::{ByteWeightedCache, CacheKey, CacheNamespace, KeyParts};
-use refract_core::{Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
+use refract_core::{row_address, Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
 use refract_table::io::store::DatasetStore;
 use uuid::Uuid;
 
 use super::counts::{CountsMatrix, BLOCK_ROWS};
 use super::file::{RowMapFile, MAX_TAIL_BYTES};
-use super::labels::{LabelChunk, RankCursor};
+use super::labels::LabelChunk;
 use super::row_map_path;
 
-/// Blocks per cached chunk (32 × 65,536 labels ≈ 4 MiB decoded, plus rank
-/// checkpoints of at most half a byte per label).
+/// Blocks per cached chunk (32 × 65,536 rows ≈ 8 MiB decoded: a label and an
+/// in-block rank per row).
 pub const BLOCKS_PER_CHUNK: u64 = 32;
 /// Generous estimate of one page's column metadata (encoding description,
 /// buffer offsets and sizes).
@@ -59,10 +59,11 @@ pub struct RowMapSource {
     pub physical_rows: u64,
 }
 
-/// The source of the previous address of a batch: (fragment id, first global
-/// row, physical rows).
-#[derive(Debug, Default)]
-struct SourceCursor {
+/// Remembers the source of the previous address, so a run of one fragment's
+/// addresses searches the sources once: (fragment id, first global row,
+/// physical rows).
+#[derive(Debug, Default, Clone)]
+pub struct SourceCursor {
     last: Option<(u64, u64, u64)>,
 }
 
@@ -175,8 +176,7 @@ impl RowMapReader {
     ///
     /// Requests are sorted by row (an ascending batch, the common case, needs
     /// no sort) so each touched chunk (cached) or block (uncached) is fetched
-    /// once per batch; untouched ones are never read. Within a unit, ranks
-    /// are computed incrementally (see [`LabelChunk::label_and_rank_with`]).
+    /// once per batch; untouched ones are never read.
     pub async fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
         if batch.len() > MAX_TRANSLATION_BATCH {
             return Err(Error::invalid_input(format!(
@@ -218,23 +218,87 @@ impl RowMapReader {
         mut emit: impl FnMut(Option<u64>),
     ) -> Result<()> {
         let unit_rows = self.unit_rows();
-        let mut cursor = RankCursor::new();
         // The current unit: its rows and labels.
         let mut current: Option<(std::ops::Range<u64>, Arc<LabelChunk>)> = None;
         for row in rows {
             let chunk = match &current {
                 Some((range, chunk)) if range.contains(&row) => chunk,
                 _ => {
-                    cursor.reset();
                     let unit = row / unit_rows;
                     let start = unit * unit_rows;
                     let range = start..start.saturating_add(unit_rows);
                     &current.insert((range, self.unit(unit).await?)).1
                 }
             };
-            emit(self.destination(chunk, row, &mut cursor)?);
+            emit(self.destination(chunk, row)?);
         }
         Ok(())
+    }
+
+    /// Every label unit of the map, loaded (through the cache when enabled),
+    /// for synchronous translation with [`Self::translate_resident`].
+    pub async fn resident(&self) -> Result<ResidentLabels> {
+        let unit_rows = self.unit_rows();
+        let count = self.counts.num_rows().div_ceil(unit_rows);
+        let units = futures::stream::iter(0..count)
+            .map(|unit| self.unit(unit))
+            .buffered(4)
+            .try_collect()
+            .await?;
+        Ok(ResidentLabels { unit_rows, units })
+    }
+
+    /// Bytes [`Self::resident`] holds: four per label.
+    pub fn resident_bytes(&self) -> u64 {
+        self.counts.num_rows().saturating_mul(4)
+    }
+
+    /// The destination of one source `address` from `labels` (this map's
+    /// [`Self::resident`] units): `None` for a deleted row; an address
+    /// outside the sources is `InvalidInput`.
+    #[inline]
+    pub fn translate_resident(
+        &self,
+        labels: &ResidentLabels,
+        address: u64,
+        sources: &mut SourceCursor,
+    ) -> Result<Option<u64>> {
+        let row = self.global_row(address, sources)?;
+        let chunk = usize::try_from(row / labels.unit_rows)
+            .ok()
+            .and_then(|unit| labels.units.get(unit))
+            .ok_or_else(|| {
+                Error::corrupt("row map", format!("row {row} has no resident labels"))
+            })?;
+        self.destination(chunk, row)
+    }
+
+    /// `Some(base)` when every offset `o` in `min..=max` of source `fragment`
+    /// is a live row moving to `base + o` (one destination, consecutive
+    /// offsets). Two lookups: a destination offset counts the rows of its
+    /// label before it in source order, so the ends being `max - min` apart
+    /// in one destination means every row between has that label.
+    pub fn shift_of_range_resident(
+        &self,
+        labels: &ResidentLabels,
+        fragment: u32,
+        (min, max): (u32, u32),
+    ) -> Result<Option<u64>> {
+        if min > max {
+            return Ok(None);
+        }
+        let mut sources = SourceCursor::default();
+        let first = row_address(fragment, min);
+        let last = row_address(fragment, max);
+        let (Some(to_first), Some(to_last)) = (
+            self.translate_resident(labels, first, &mut sources)?,
+            self.translate_resident(labels, last, &mut sources)?,
+        ) else {
+            return Ok(None);
+        };
+        let same_fragment = RowAddress(to_first).fragment_id() == RowAddress(to_last).fragment_id();
+        let consecutive = to_last.checked_sub(to_first) == Some(u64::from(max - min));
+        Ok((same_fragment && consecutive).then(|| to_first.wrapping_sub(u64::from(min))))
     }
 
     /// Bytes held by the reader itself (labels live in the chunk cache).
@@ -298,12 +362,8 @@ impl RowMapReader {
         Ok(start + offset)
     }
 
-    fn destination(
-        &self,
-        chunk: &LabelChunk,
-        row: u64,
-        cursor: &mut RankCursor,
-    ) -> Result<Option<u64>> {
+    #[inline]
+    fn destination(&self, chunk: &LabelChunk, row: u64) -> Result<Option<u64>> {
         let position = row
             .checked_sub(chunk.first_row)
             .and_then(|p| usize::try_from(p).ok())
@@ -311,7 +371,7 @@ impl RowMapReader {
             .ok_or_else(|| {
                 Error::corrupt("row map", format!("row {row} is not in its label chunk"))
             })?;
-        let Some((label, rank)) = chunk.label_and_rank_with(position, cursor) else {
+        let Some((label, rank)) = chunk.label_and_rank(position) else {
             return Ok(None);
         };
         // Decoding accepts only `BLOCK_ROWS` (a power of two): a shift.
@@ -378,53 +438,46 @@ impl RowMapReader {
         if loaded as u64 != end_row - first_row {
             return Err(Error::corrupt("row map", "short label read"));
         }
-        let chunk = LabelChunk::from_arrays(
+        let first_block = first_row / u64::from(block_rows);
+        // Each whole block's per-label counts must agree with the counts
+        // matrix ("labels disagree with counts").
+        LabelChunk::from_arrays(
             first_row,
             block_rows as usize,
             self.counts.num_destinations() as usize,
             &arrays,
-        );
-        self.check_labels(&chunk)?;
-        Ok(chunk)
+            |i, histogram| self.check_block(first_block + i as u64, histogram),
+        )
     }
 
-    /// Every label names a destination, and each whole block's per-label
-    /// counts agree with the counts matrix ("labels disagree with counts").
-    fn check_labels(&self, chunk: &LabelChunk) -> Result<()> {
-        let block_rows = u64::from(self.counts.block_rows());
-        let width = self.counts.num_destinations() as usize;
-        let first_block = chunk.first_row / block_rows;
-        let mut histogram = vec![0u64; width];
-        for (i, block) in chunk.labels.chunks(block_rows as usize).enumerate() {
-            histogram.iter_mut().for_each(|count| *count = 0);
-            for label in block {
-                if *label == super::labels::DELETED {
-                    continue;
-                }
-                let slot = histogram.get_mut(usize::from(*label)).ok_or_else(|| {
-                    Error::corrupt("row map", format!("label {label} is not below {width}"))
-                })?;
-                *slot += 1;
-            }
-            let b = first_block + i as u64;
-            for (d, count) in histogram.iter().enumerate() {
-                let d16 =
-                    u16::try_from(d).map_err(|_| Error::corrupt("row map", "label overflow"))?;
-                let before = self.counts.before(b, d16);
-                let after = self.counts.before(b + 1, d16);
-                match (before, after) {
-                    (Some(before), Some(after)) if after - before == *count => {}
-                    _ => {
-                        return Err(Error::corrupt(
-                            "row map",
-                            format!("labels of block {b} disagree with the counts"),
-                        ))
-                    }
+    /// The per-label row counts of block `block` equal the counts matrix's.
+    fn check_block(&self, block: u64, histogram: &[u32]) -> Result<()> {
+        for (d, count) in histogram.iter().enumerate() {
+            let d16 = u16::try_from(d).map_err(|_| Error::corrupt("row map", "label overflow"))?;
+            match (
+                self.counts.before(block, d16),
+                self.counts.before(block + 1, d16),
+            ) {
+                (Some(before), Some(after))
+                    if after.checked_sub(before) == Some(u64::from(*count)) => {}
+                _ => {
+                    return Err(Error::corrupt(
+                        "row map",
+                        format!("labels of block {block} disagree with the counts"),
+                    ))
                 }
             }
         }
         Ok(())
     }
+}
+
+/// Every label unit of one row map, held for synchronous translation (see
+/// [`RowMapReader::resident`]).
+#[derive(Debug, Clone)]
+pub struct ResidentLabels {
+    unit_rows: u64,
+    units: Vec<Arc<LabelChunk>>,
 }
 
 /// Bytes of counts and column metadata a row map of `rows` labels and

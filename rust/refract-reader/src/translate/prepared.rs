@@ -1,18 +1,22 @@
-//! Synchronous, in-memory translation of a segment whose lineage is made of
-//! ordered compactions only.
+//! Synchronous, in-memory translation of a segment.
 //!
 //! An ordered compaction's mapping is a pure function of its rewrite group
 //! (the core's [`CompactRemap`], built once per transition and cached by the
-//! binder), so once every transition a segment's addresses can reach is
-//! bound, translation needs no I/O. [`PreparedTranslator`] binds them up
-//! front and then answers the same way as [`SegmentTranslator`] — same fates,
-//! same drops, same errors — but address by address with one search cursor
-//! per transition, without the per-transition queues of the async walk, and
-//! with a constant-shift fast path for runs of one fragment that lost no row
-//! (the common case after compacting insert-only fragments).
+//! binder); a stable partition's is its row map, whose label units (a label
+//! and an in-block rank per source row) can be held in memory. Once every
+//! transition a segment's addresses can reach is bound that way, translation
+//! needs no I/O. [`PreparedTranslator`] binds them up front and then answers
+//! the same way as [`SegmentTranslator`] — same fates, same drops, same
+//! errors — but address by address with one search cursor per transition,
+//! without the per-transition queues of the async walk, and with a
+//! constant-shift fast path for runs of one fragment that move together (a
+//! compacted fragment that lost no row, a fragment a partition sent whole to
+//! one destination).
 //!
-//! Stable partitions read row-map labels from storage, so a segment that can
-//! reach one is not prepared (the async walk serves it).
+//! Stable partitions hold four bytes per source row in memory, so a segment
+//! whose reachable row maps exceed [`RESIDENT_LABEL_BUDGET_BYTES`] is not
+//! prepared: the async walk serves it, reading label chunks through the
+//! shared cache.
 
 use std::sync::Arc;
 
@@ -24,39 +28,86 @@ use refract_ledger::Mapping;
 use roaring::RoaringBitmap;
 
 use super::{Fate, FateCache, SegmentTranslator};
+use crate::mapping::StablePartitionMapping;
+use crate::rowmap::{ResidentLabels, RowMapReader, SourceCursor};
 
-/// A [`SegmentTranslator`] whose every reachable transition is an ordered
-/// compaction, bound in memory: a synchronous [`Translator`] with the
+/// Most label bytes a prepared translator holds for its stable partitions
+/// (about 33M source rows); beyond that the async walk serves the segment.
+pub const RESIDENT_LABEL_BUDGET_BYTES: u64 = 128 << 20;
+
+/// One transition, bound for synchronous translation.
+enum Hop {
+    /// No address of the segment can reach it.
+    Unreachable,
+    /// An ordered compaction (its reader holds the compact remap).
+    Ordered(Arc<dyn MappingReader>),
+    /// A stable partition with its labels in memory.
+    Partition {
+        map: Arc<RowMapReader>,
+        labels: ResidentLabels,
+    },
+}
+
+/// A [`SegmentTranslator`] whose every reachable transition is bound in
+/// memory: a synchronous [`Translator`] with the
 /// [`Translator::translate_part`] streaming path.
 pub struct PreparedTranslator {
     segment: SegmentTranslator,
-    /// Bound ordered-compaction readers by transition index (`None` for a
-    /// transition no address of the segment can reach).
-    readers: Vec<Option<Arc<dyn MappingReader>>>,
+    /// Bound transitions by transition index.
+    hops: Vec<Hop>,
 }
 
 impl std::fmt::Debug for PreparedTranslator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bound = |partition: bool| {
+            self.hops
+                .iter()
+                .filter(|h| match h {
+                    Hop::Unreachable => false,
+                    Hop::Ordered(_) => !partition,
+                    Hop::Partition { .. } => partition,
+                })
+                .count()
+        };
         f.debug_struct("PreparedTranslator")
-            .field("transitions", &self.readers.iter().flatten().count())
+            .field("ordered_compactions", &bound(false))
+            .field("stable_partitions", &bound(true))
             .finish()
     }
 }
 
 impl SegmentTranslator {
-    /// The in-memory form of this translator, when every transition the
-    /// segment's stored addresses can reach is an ordered compaction; `None`
-    /// when one is a stable partition (its labels need I/O) or cannot be bound
-    /// (the async walk then reports the error if an address reaches it).
+    /// The in-memory form of this translator: every transition the segment's
+    /// stored addresses can reach is bound, stable partitions with their
+    /// labels loaded. `None` when the reachable row maps exceed
+    /// [`RESIDENT_LABEL_BUDGET_BYTES`] or a transition cannot be bound (the
+    /// async walk then reports the error if an address reaches it).
     pub async fn prepared(&self) -> Option<PreparedTranslator> {
+        self.prepared_within(RESIDENT_LABEL_BUDGET_BYTES).await
+    }
+
+    /// [`Self::prepared`] with at most `resident_budget_bytes` of labels held.
+    pub async fn prepared_within(&self, resident_budget_bytes: u64) -> Option<PreparedTranslator> {
         let reachable = self.reachable_transitions()?;
-        let mut readers: Vec<Option<Arc<dyn MappingReader>>> = Vec::new();
-        readers.resize_with(self.history.nodes().len(), || None);
+        let mut hops: Vec<Hop> = Vec::new();
+        hops.resize_with(self.history.nodes().len(), || Hop::Unreachable);
+        let mut resident_bytes = 0u64;
         for transition in reachable {
             let node = self.history.node(transition)?;
             let reader = self.binder.bind(node).await.ok()?;
-            reader.as_ordered_compaction()?;
-            *readers.get_mut(transition)? = Some(reader);
+            let hop = if reader.as_ordered_compaction().is_some() {
+                Hop::Ordered(reader)
+            } else {
+                let partition = reader.as_any()?.downcast_ref::<StablePartitionMapping>()?;
+                let map = partition.shared_row_map();
+                resident_bytes = resident_bytes.saturating_add(map.resident_bytes());
+                if resident_bytes > resident_budget_bytes {
+                    return None;
+                }
+                let labels = map.resident().await.ok()?;
+                Hop::Partition { map, labels }
+            };
+            *hops.get_mut(transition)? = hop;
         }
         Some(PreparedTranslator {
             segment: SegmentTranslator {
@@ -64,13 +115,14 @@ impl SegmentTranslator {
                 binder: self.binder.clone(),
                 scope: self.scope.clone(),
             },
-            readers,
+            hops,
         })
     }
 
     /// Every transition reachable from the segment's owned stored fragments
     /// (a superset of those its addresses take: claimed fragments are not
-    /// pruned), or `None` when one of them is not an ordered compaction.
+    /// pruned), or `None` when one of them has a mapping this client cannot
+    /// prepare.
     fn reachable_transitions(&self) -> Option<Vec<usize>> {
         let mut seen = vec![false; self.history.nodes().len()];
         let mut stack: Vec<usize> = (&self.scope.stored & &self.scope.owned)
@@ -83,7 +135,10 @@ impl SegmentTranslator {
                 continue;
             }
             let node = self.history.node(transition)?;
-            if !matches!(node.record.mapping(), Mapping::OrderedCompaction { .. }) {
+            if !matches!(
+                node.record.mapping(),
+                Mapping::OrderedCompaction { .. } | Mapping::StablePartition { .. }
+            ) {
                 return None;
             }
             reachable.push(transition);
@@ -98,11 +153,13 @@ impl SegmentTranslator {
     }
 }
 
-/// Per-call search state: the fates of destination fragments and one cursor
-/// per transition (allocated on the first per-row lookup).
+/// Per-call search state: the fates of destination fragments and, per
+/// transition, one remap cursor and one source cursor (allocated on the first
+/// per-row lookup).
 struct Walk {
     fates: FateCache,
     cursors: Vec<RemapCursor>,
+    sources: Vec<SourceCursor>,
 }
 
 impl Walk {
@@ -110,24 +167,66 @@ impl Walk {
         Self {
             fates: FateCache::new(),
             cursors: Vec::new(),
+            sources: Vec::new(),
         }
+    }
+
+    /// The cursors of `transition` (of `transitions` in all).
+    fn cursors_of(
+        &mut self,
+        transition: usize,
+        transitions: usize,
+    ) -> (&mut RemapCursor, &mut SourceCursor) {
+        if self.cursors.len() <= transition {
+            let len = transitions.max(transition + 1);
+            self.cursors.resize_with(len, Default::default);
+            self.sources.resize_with(len, Default::default);
+        }
+        (&mut self.cursors[transition], &mut self.sources[transition])
     }
 }
 
 impl PreparedTranslator {
-    /// The compact remap of `transition`.
-    fn remap(&self, transition: usize) -> Result<&CompactRemap> {
-        self.readers
-            .get(transition)
-            .and_then(|r| r.as_deref())
-            .and_then(|r| r.as_ordered_compaction())
-            .map(|m| m.remap())
-            .ok_or_else(|| {
-                Error::corrupt(
-                    "FRI ledger",
-                    format!("transition {transition} was not prepared for translation"),
-                )
-            })
+    /// The bound hop of `transition`.
+    fn hop(&self, transition: usize) -> Result<&Hop> {
+        match self.hops.get(transition) {
+            Some(Hop::Unreachable) | None => Err(unprepared(transition)),
+            Some(hop) => Ok(hop),
+        }
+    }
+
+    /// Moves `address` through `transition`: its next address, or `None`
+    /// when the row was deleted there.
+    fn step(&self, address: u64, transition: usize, walk: &mut Walk) -> Result<Option<u64>> {
+        let (cursor, sources) = walk.cursors_of(transition, self.hops.len());
+        match self.hop(transition)? {
+            Hop::Ordered(reader) => match ordered_remap(reader)?.lookup(address, cursor) {
+                Some(next) => Ok(next),
+                None => Err(Error::invalid_input(format!(
+                    "row address {} is not a row of a source fragment of this mapping",
+                    RowAddress(address)
+                ))),
+            },
+            Hop::Partition { map, labels } => map.translate_resident(labels, address, sources),
+            Hop::Unreachable => Err(unprepared(transition)),
+        }
+    }
+
+    /// `Some(base)` when offsets `min..=max` of `fragment` all move through
+    /// `transition` to `base + offset`.
+    fn shift_of_hop(
+        &self,
+        transition: usize,
+        fragment: u32,
+        (min, max): (u32, u32),
+    ) -> Result<Option<u64>> {
+        match self.hop(transition)? {
+            Hop::Ordered(reader) => Ok(ordered_remap(reader)?.shift_of_range(fragment, min, max)),
+            Hop::Partition { map, labels } => {
+                map.shift_of_range_resident(labels, fragment, (min, max))
+            }
+            Hop::Unreachable => Err(unprepared(transition)),
+        }
     }
 
     /// The fate of an address that a hop of `transition` moved to `fragment`.
@@ -149,20 +248,8 @@ impl PreparedTranslator {
         walk: &mut Walk,
     ) -> Result<Option<u64>> {
         loop {
-            let remap = self.remap(transition)?;
-            if walk.cursors.len() <= transition {
-                walk.cursors
-                    .resize_with(self.readers.len().max(transition + 1), Default::default);
-            }
-            let next = match remap.lookup(address, &mut walk.cursors[transition]) {
-                Some(Some(next)) => next,
-                Some(None) => return Ok(None), // deleted at this transition
-                None => {
-                    return Err(Error::invalid_input(format!(
-                        "row address {} is not a row of a source fragment of this mapping",
-                        RowAddress(address)
-                    )))
-                }
+            let Some(next) = self.step(address, transition, walk)? else {
+                return Ok(None); // deleted at this transition
             };
             match self.after_hop(transition, RowAddress(next).fragment_id(), walk)? {
                 Fate::Keep => return Ok(Some(next)),
@@ -187,10 +274,7 @@ impl PreparedTranslator {
         walk: &mut Walk,
         emit: &mut dyn FnMut(Option<u64>),
     ) -> Result<()> {
-        let shift = self
-            .remap(transition)?
-            .shift_of_range(fragment, offsets.0, offsets.1);
-        let Some(base) = shift else {
+        let Some(base) = self.shift_of_hop(transition, fragment, offsets)? else {
             for address in run {
                 emit(self.walk_one(address, transition, walk)?);
             }
@@ -311,7 +395,7 @@ impl PreparedTranslator {
         loop {
             let first = RowAddress(base.wrapping_add(u64::from(min))).offset();
             let last = RowAddress(base.wrapping_add(u64::from(max))).offset();
-            let Some(hop) = self.remap(transition)?.shift_of_range(at, first, last) else {
+            let Some(hop) = self.shift_of_hop(transition, at, (first, last))? else {
                 return Ok(None);
             };
             // Offset o sits at `first + (o - min)` of `at`, then moves to
@@ -327,6 +411,21 @@ impl PreparedTranslator {
             }
         }
     }
+}
+
+/// The compact remap of an ordered-compaction reader.
+fn ordered_remap(reader: &Arc<dyn MappingReader>) -> Result<&CompactRemap> {
+    reader
+        .as_ordered_compaction()
+        .map(|m| m.remap())
+        .ok_or_else(|| Error::corrupt("FRI ledger", "an ordered compaction lost its remap"))
+}
+
+fn unprepared(transition: usize) -> Error {
+    Error::corrupt(
+        "FRI ledger",
+        format!("transition {transition} was not prepared for translation"),
+    )
 }
 
 /// `(first offset, last offset)` of a run of one fragment's addresses when
