@@ -320,6 +320,14 @@ async fn partitions_after_compactions_are_prepared() {
             .then(|| RowAddress::new(5 + (id % 2) as u32, rank).0);
         assert_eq!(*result, expected, "id {id}");
     }
+    // Beyond a source's rows: the same InvalidInput from both translators.
+    assert_same(&cases[0], &[RowAddress::new(3, 40).0]).await;
+    let mut out = Vec::new();
+    let fast = cases[0].fast.as_ref().unwrap();
+    let err = fast
+        .translate(&[RowAddress::new(3, 40).0], &mut out)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     assert_eq!(check_equal(&t.ds).await, 3);
     check_all(&t.ds).await;
 }

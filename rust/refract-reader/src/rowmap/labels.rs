@@ -13,7 +13,7 @@ use refract_core::{DeepSize, Error, Result};
 /// Sentinel for a deleted row (null label).
 pub const DELETED: u16 = u16::MAX;
 /// The packed entry of a deleted row.
-const DELETED_ENTRY: u32 = u32::MAX;
+pub(crate) const DELETED_ENTRY: u32 = u32::MAX;
 /// Most rows a block may hold so every rank fits 16 bits.
 pub const MAX_BLOCK_ROWS: usize = 1 << 16;
 
@@ -88,6 +88,13 @@ impl LabelChunk {
     /// True when the chunk holds no rows.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The packed entry of chunk-relative row `position` (`label << 16 |
+    /// rank`, or [`DELETED_ENTRY`]); `None` outside the chunk.
+    #[inline]
+    pub(crate) fn entry(&self, position: usize) -> Option<u32> {
+        self.entries.get(position).copied()
     }
 
     /// The label of chunk-relative row `position` and its rank among rows with

@@ -18,13 +18,13 @@ pub mod counts;
 mod file;
 pub mod labels;
 pub mod reader;
+mod resident;
 mod span;
 pub mod writer;
 
 pub use counts::{CountsMatrix, BLOCK_ROWS};
-pub use reader::{
-    ChunkCacheMode, ResidentLabels, RowMapReader, RowMapSource, SourceCursor, BLOCKS_PER_CHUNK,
-};
+pub use reader::{ChunkCacheMode, RowMapReader, RowMapSource, SourceCursor, BLOCKS_PER_CHUNK};
+pub use resident::ResidentPartition;
 pub use writer::RowMapWriter;
 
 use refract_core::Result;

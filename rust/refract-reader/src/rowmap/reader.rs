@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use refract_core::cache::{ByteWeightedCache, CacheKey, CacheNamespace, KeyParts};
-use refract_core::{row_address, Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
+use refract_core::{Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
 use refract_table::io::store::DatasetStore;
 use uuid::Uuid;
 
 use super::counts::{CountsMatrix, BLOCK_ROWS};
 use super::file::{RowMapFile, MAX_TAIL_BYTES};
 use super::labels::LabelChunk;
+use super::resident::ResidentPartition;
 use super::row_map_path;
 
 /// Blocks per cached chunk (32 × 65,536 rows ≈ 8 MiB decoded: a label and an
@@ -65,6 +66,39 @@ pub struct RowMapSource {
 #[derive(Debug, Default, Clone)]
 pub struct SourceCursor {
     last: Option<(u64, u64, u64)>,
+}
+
+impl SourceCursor {
+    /// The global row of `address` among `sources` ((fragment id, first
+    /// global row, physical rows), sorted by id); `InvalidInput` for an
+    /// address outside them.
+    #[inline]
+    pub(super) fn global_row(&mut self, sources: &[(u64, u64, u64)], address: u64) -> Result<u64> {
+        let address = RowAddress::from(address);
+        let fragment = u64::from(address.fragment_id());
+        let offset = u64::from(address.offset());
+        let (start, rows) = match self.last {
+            Some((id, start, rows)) if id == fragment => (start, rows),
+            _ => {
+                let slot = sources
+                    .binary_search_by_key(&fragment, |(id, _, _)| *id)
+                    .map_err(|_| {
+                        Error::invalid_input(format!(
+                            "address {address} is not in a source of this row map"
+                        ))
+                    })?;
+                let (_, start, rows) = sources[slot];
+                self.last = Some((fragment, start, rows));
+                (start, rows)
+            }
+        };
+        if offset >= rows {
+            return Err(Error::invalid_input(format!(
+                "address {address} is beyond the source's {rows} rows"
+            )));
+        }
+        Ok(start + offset)
+    }
 }
 
 /// An opened, validated row map. Opening reads the counts only; labels are read
@@ -235,70 +269,29 @@ impl RowMapReader {
         Ok(())
     }
 
-    /// Every label unit of the map, loaded (through the cache when enabled),
-    /// for synchronous translation with [`Self::translate_resident`].
-    pub async fn resident(&self) -> Result<ResidentLabels> {
+    /// The whole map in memory for synchronous translation: every label unit
+    /// loaded (through the cache when enabled) plus each block's destination
+    /// bases. Holds about [`Self::resident_bytes`].
+    pub async fn resident(&self) -> Result<ResidentPartition> {
         let unit_rows = self.unit_rows();
         let count = self.counts.num_rows().div_ceil(unit_rows);
-        let units = futures::stream::iter(0..count)
+        let units: Vec<Arc<LabelChunk>> = futures::stream::iter(0..count)
             .map(|unit| self.unit(unit))
             .buffered(4)
             .try_collect()
             .await?;
-        Ok(ResidentLabels { unit_rows, units })
+        ResidentPartition::new(
+            &self.counts,
+            &self.destinations,
+            self.source_starts.clone(),
+            unit_rows,
+            units,
+        )
     }
 
     /// Bytes [`Self::resident`] holds: four per label.
     pub fn resident_bytes(&self) -> u64 {
         self.counts.num_rows().saturating_mul(4)
-    }
-
-    /// The destination of one source `address` from `labels` (this map's
-    /// [`Self::resident`] units): `None` for a deleted row; an address
-    /// outside the sources is `InvalidInput`.
-    #[inline]
-    pub fn translate_resident(
-        &self,
-        labels: &ResidentLabels,
-        address: u64,
-        sources: &mut SourceCursor,
-    ) -> Result<Option<u64>> {
-        let row = self.global_row(address, sources)?;
-        let chunk = usize::try_from(row / labels.unit_rows)
-            .ok()
-            .and_then(|unit| labels.units.get(unit))
-            .ok_or_else(|| {
-                Error::corrupt("row map", format!("row {row} has no resident labels"))
-            })?;
-        self.destination(chunk, row)
-    }
-
-    /// `Some(base)` when every offset `o` in `min..=max` of source `fragment`
-    /// is a live row moving to `base + o` (one destination, consecutive
-    /// offsets). Two lookups: a destination offset counts the rows of its
-    /// label before it in source order, so the ends being `max - min` apart
-    /// in one destination means every row between has that label.
-    pub fn shift_of_range_resident(
-        &self,
-        labels: &ResidentLabels,
-        fragment: u32,
-        (min, max): (u32, u32),
-    ) -> Result<Option<u64>> {
-        if min > max {
-            return Ok(None);
-        }
-        let mut sources = SourceCursor::default();
-        let first = row_address(fragment, min);
-        let last = row_address(fragment, max);
-        let (Some(to_first), Some(to_last)) = (
-            self.translate_resident(labels, first, &mut sources)?,
-            self.translate_resident(labels, last, &mut sources)?,
-        ) else {
-            return Ok(None);
-        };
-        let same_fragment = RowAddress(to_first).fragment_id() == RowAddress(to_last).fragment_id();
-        let consecutive = to_last.checked_sub(to_first) == Some(u64::from(max - min));
-        Ok((same_fragment && consecutive).then(|| to_first.wrapping_sub(u64::from(min))))
     }
 
     /// Bytes held by the reader itself (labels live in the chunk cache).
@@ -335,31 +328,7 @@ impl RowMapReader {
     /// The global row of `address`; `cursor` remembers the last source so a
     /// run of one fragment's addresses searches the sources once.
     fn global_row(&self, address: u64, cursor: &mut SourceCursor) -> Result<u64> {
-        let address = RowAddress::from(address);
-        let fragment = u64::from(address.fragment_id());
-        let offset = u64::from(address.offset());
-        let (start, rows) = match cursor.last {
-            Some((id, start, rows)) if id == fragment => (start, rows),
-            _ => {
-                let slot = self
-                    .source_starts
-                    .binary_search_by_key(&fragment, |(id, _, _)| *id)
-                    .map_err(|_| {
-                        Error::invalid_input(format!(
-                            "address {address} is not in a source of this row map"
-                        ))
-                    })?;
-                let (_, start, rows) = self.source_starts[slot];
-                cursor.last = Some((fragment, start, rows));
-                (start, rows)
-            }
-        };
-        if offset >= rows {
-            return Err(Error::invalid_input(format!(
-                "address {address} is beyond the source's {rows} rows"
-            )));
-        }
-        Ok(start + offset)
+        cursor.global_row(&self.source_starts, address)
     }
 
     #[inline]
@@ -470,14 +439,6 @@ impl RowMapReader {
         }
         Ok(())
     }
-}
-
-/// Every label unit of one row map, held for synchronous translation (see
-/// [`RowMapReader::resident`]).
-#[derive(Debug, Clone)]
-pub struct ResidentLabels {
-    unit_rows: u64,
-    units: Vec<Arc<LabelChunk>>,
 }
 
 /// Bytes of counts and column metadata a row map of `rows` labels and

@@ -29,7 +29,7 @@ use roaring::RoaringBitmap;
 
 use super::{Fate, FateCache, SegmentTranslator};
 use crate::mapping::StablePartitionMapping;
-use crate::rowmap::{ResidentLabels, RowMapReader, SourceCursor};
+use crate::rowmap::{ResidentPartition, SourceCursor};
 
 /// Most label bytes a prepared translator holds for its stable partitions
 /// (about 33M source rows); beyond that the async walk serves the segment.
@@ -41,11 +41,8 @@ enum Hop {
     Unreachable,
     /// An ordered compaction (its reader holds the compact remap).
     Ordered(Arc<dyn MappingReader>),
-    /// A stable partition with its labels in memory.
-    Partition {
-        map: Arc<RowMapReader>,
-        labels: ResidentLabels,
-    },
+    /// A stable partition with its row map in memory.
+    Partition(ResidentPartition),
 }
 
 /// A [`SegmentTranslator`] whose every reachable transition is bound in
@@ -65,7 +62,7 @@ impl std::fmt::Debug for PreparedTranslator {
                 .filter(|h| match h {
                     Hop::Unreachable => false,
                     Hop::Ordered(_) => !partition,
-                    Hop::Partition { .. } => partition,
+                    Hop::Partition(_) => partition,
                 })
                 .count()
         };
@@ -104,8 +101,7 @@ impl SegmentTranslator {
                 if resident_bytes > resident_budget_bytes {
                     return None;
                 }
-                let labels = map.resident().await.ok()?;
-                Hop::Partition { map, labels }
+                Hop::Partition(map.resident().await.ok()?)
             };
             *hops.get_mut(transition)? = hop;
         }
@@ -207,7 +203,7 @@ impl PreparedTranslator {
                     RowAddress(address)
                 ))),
             },
-            Hop::Partition { map, labels } => map.translate_resident(labels, address, sources),
+            Hop::Partition(map) => map.translate(address, sources),
             Hop::Unreachable => Err(unprepared(transition)),
         }
     }
@@ -222,9 +218,7 @@ impl PreparedTranslator {
     ) -> Result<Option<u64>> {
         match self.hop(transition)? {
             Hop::Ordered(reader) => Ok(ordered_remap(reader)?.shift_of_range(fragment, min, max)),
-            Hop::Partition { map, labels } => {
-                map.shift_of_range_resident(labels, fragment, (min, max))
-            }
+            Hop::Partition(map) => map.shift_of_range(fragment, (min, max)),
             Hop::Unreachable => Err(unprepared(transition)),
         }
     }
