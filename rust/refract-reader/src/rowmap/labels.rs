@@ -7,7 +7,7 @@
 //! pattern — dense or sparse, ascending or not — at 4 bytes per row (the
 //! labels alone would be 2 bytes, but then every lookup pays a rank count).
 
-use arrow_array::UInt16Array;
+use arrow_array::{Array, UInt16Array};
 use refract_core::{DeepSize, Error, Result};
 
 /// Sentinel for a deleted row (null label).
@@ -45,36 +45,43 @@ impl LabelChunk {
                 format!("blocks of {block_rows} rows are not between 1 and {MAX_BLOCK_ROWS}"),
             ));
         }
+        if num_destinations > usize::from(DELETED) {
+            return Err(Error::corrupt(
+                "row map",
+                format!("{num_destinations} destinations leave no label for deleted rows"),
+            ));
+        }
         let total: usize = arrays.iter().map(|a| a.len()).sum();
+        // One contiguous label slice first (a copy when nothing is null), so
+        // the ranking loop below runs block by block without per-row checks.
+        let mut labels = Vec::with_capacity(total);
+        for array in arrays {
+            if array.null_count() == 0 {
+                labels.extend_from_slice(array.values());
+            } else {
+                labels.extend(array.iter().map(|label| label.unwrap_or(DELETED)));
+            }
+        }
         let mut entries = Vec::with_capacity(total);
         // Rows of each label so far in the current block.
         let mut running = vec![0u32; num_destinations];
-        let mut in_block = 0usize;
-        let mut block = 0usize;
-        let labels = arrays.iter().flat_map(|array| array.iter());
-        for label in labels {
-            if in_block == block_rows {
-                on_block(block, &running)?;
-                running.iter_mut().for_each(|count| *count = 0);
-                in_block = 0;
-                block += 1;
+        for (block, rows) in labels.chunks(block_rows).enumerate() {
+            running.iter_mut().for_each(|count| *count = 0);
+            for label in rows {
+                if *label == DELETED {
+                    entries.push(DELETED_ENTRY);
+                    continue;
+                }
+                let count = running.get_mut(usize::from(*label)).ok_or_else(|| {
+                    Error::corrupt(
+                        "row map",
+                        format!("label {label} is not below {num_destinations}"),
+                    )
+                })?;
+                // `count` < `block_rows` ≤ 65,536: fits the low 16 bits.
+                entries.push((u32::from(*label) << 16) | *count);
+                *count += 1;
             }
-            in_block += 1;
-            let Some(label) = label else {
-                entries.push(DELETED_ENTRY);
-                continue;
-            };
-            let count = running.get_mut(usize::from(label)).ok_or_else(|| {
-                Error::corrupt(
-                    "row map",
-                    format!("label {label} is not below {num_destinations}"),
-                )
-            })?;
-            // `count` < `block_rows` ≤ 65,536: fits the low 16 bits.
-            entries.push((u32::from(label) << 16) | *count);
-            *count += 1;
-        }
-        if in_block > 0 {
             on_block(block, &running)?;
         }
         Ok(Self { first_row, entries })
@@ -217,6 +224,18 @@ mod tests {
             })
             .unwrap_err();
         assert!(err.to_string().contains("label 2 is not below 2"), "{err}");
+        let err = LabelChunk::from_arrays(
+            0,
+            4,
+            usize::from(DELETED) + 1,
+            &[UInt16Array::from(vec![Some(0u16)])],
+            |_, _| Ok(()),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("no label for deleted rows"),
+            "{err}"
+        );
         for block_rows in [0, MAX_BLOCK_ROWS + 1] {
             let err = LabelChunk::from_arrays(
                 0,

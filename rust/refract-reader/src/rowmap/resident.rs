@@ -72,10 +72,50 @@ impl ResidentPartition {
     #[inline]
     pub fn translate(&self, address: u64, sources: &mut SourceCursor) -> Result<Option<u64>> {
         let row = sources.global_row(&self.sources, address)?;
-        let entry = self
-            .units
-            .get((row >> self.unit_shift) as usize)
-            .and_then(|chunk| chunk.entry(row.wrapping_sub(chunk.first_row) as usize))
+        self.resolve(self.unit(row >> self.unit_shift, row)?, row)
+    }
+
+    /// [`Self::translate`] of every address of `run` (any order), passing
+    /// each result to `sink`: one source search per fragment and one unit
+    /// lookup per unit change, then an entry and a base read per address.
+    pub fn translate_run(
+        &self,
+        run: impl Iterator<Item = u64>,
+        mut sink: impl FnMut(Option<u64>) -> Result<()>,
+    ) -> Result<()> {
+        let mut sources = SourceCursor::default();
+        let mut unit: Option<(u64, &LabelChunk)> = None;
+        for address in run {
+            let row = sources.global_row(&self.sources, address)?;
+            let index = row >> self.unit_shift;
+            let chunk = match unit {
+                Some((at, chunk)) if at == index => chunk,
+                _ => {
+                    let chunk = self.unit(index, row)?;
+                    unit = Some((index, chunk));
+                    chunk
+                }
+            };
+            sink(self.resolve(chunk, row)?)?;
+        }
+        Ok(())
+    }
+
+    /// The unit `index` holding `row`.
+    #[inline]
+    fn unit(&self, index: u64, row: u64) -> Result<&LabelChunk> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.units.get(i))
+            .map(|chunk| &**chunk)
+            .ok_or_else(|| Error::corrupt("row map", format!("row {row} has no resident label")))
+    }
+
+    /// The destination of global `row`, which lies in `chunk`.
+    #[inline]
+    fn resolve(&self, chunk: &LabelChunk, row: u64) -> Result<Option<u64>> {
+        let entry = chunk
+            .entry(row.wrapping_sub(chunk.first_row) as usize)
             .ok_or_else(|| Error::corrupt("row map", format!("row {row} has no resident label")))?;
         if entry == DELETED_ENTRY {
             return Ok(None);

@@ -269,6 +269,21 @@ impl PreparedTranslator {
         emit: &mut dyn FnMut(Option<u64>),
     ) -> Result<()> {
         let Some(base) = self.shift_of_hop(transition, fragment, offsets)? else {
+            if let Hop::Partition(map) = self.hop(transition)? {
+                // One source search and unit lookup for the whole run.
+                return map.translate_run(run, |next| {
+                    let Some(next) = next else {
+                        emit(None); // deleted at this transition
+                        return Ok(());
+                    };
+                    match self.after_hop(transition, RowAddress(next).fragment_id(), walk)? {
+                        Fate::Keep => emit(Some(next)),
+                        Fate::Drop => emit(None),
+                        Fate::Wait(t) => emit(self.walk_one(next, t, walk)?),
+                    }
+                    Ok(())
+                });
+            }
             for address in run {
                 emit(self.walk_one(address, transition, walk)?);
             }
