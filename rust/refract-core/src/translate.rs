@@ -51,6 +51,16 @@ pub trait Translator: Send + Sync {
         let _ = (fragment, min, max);
         Ok(None)
     }
+
+    /// Whether a caller that meets the same address many times (a trigram
+    /// index holds a row in one posting per trigram) gains from memoizing
+    /// results. `true` by default; an in-memory translator whose
+    /// [`Translator::translate_part`] costs about one table read per address
+    /// says `false`, and callers then stream parts through it instead of
+    /// holding a per-row memo.
+    fn worth_memoizing(&self) -> bool {
+        true
+    }
 }
 
 /// Asynchronous address translation, for translators that read row maps from storage.
@@ -163,6 +173,10 @@ impl<T: Translator + ?Sized> Translator for Arc<T> {
     fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
         (**self).shift_of_range(fragment, min, max)
     }
+
+    fn worth_memoizing(&self) -> bool {
+        (**self).worth_memoizing()
+    }
 }
 
 impl<T: Translator + ?Sized> Translator for &T {
@@ -181,6 +195,10 @@ impl<T: Translator + ?Sized> Translator for &T {
 
     fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
         (**self).shift_of_range(fragment, min, max)
+    }
+
+    fn worth_memoizing(&self) -> bool {
+        (**self).worth_memoizing()
     }
 }
 
@@ -282,6 +300,52 @@ pub(crate) mod tests {
     }
 
     const N: usize = 2 * MAX_TRANSLATION_BATCH + 1;
+
+    /// Answers every optional path (shifts everything by one fragment).
+    struct Direct;
+
+    impl Translator for Direct {
+        fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+            out.clear();
+            out.extend(batch.iter().map(|a| Some(a + (1 << 32))));
+            Ok(())
+        }
+
+        fn translate_part(
+            &self,
+            fragment: u32,
+            part: &RoaringBitmap,
+            sink: &mut dyn FnMut(u64),
+        ) -> Result<bool> {
+            part.iter().for_each(|o| sink(ra(fragment + 1, o)));
+            Ok(true)
+        }
+
+        fn shift_of_range(&self, fragment: u32, _: u32, _: u32) -> Result<Option<u64>> {
+            Ok(Some(ra(fragment + 1, 0)))
+        }
+
+        fn worth_memoizing(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn arcs_and_references_forward_every_optional_path() {
+        let arc: Arc<dyn Translator> = Arc::new(Direct);
+        let by_ref: &dyn Translator = &Direct;
+        let part: RoaringBitmap = [1, 5].into_iter().collect();
+        for translator in [&arc as &dyn Translator, &by_ref] {
+            assert!(!translator.worth_memoizing());
+            assert_eq!(translator.shift_of_range(3, 0, 9).unwrap(), Some(ra(4, 0)));
+            let mut got = Vec::new();
+            assert!(translator
+                .translate_part(3, &part, &mut |a| got.push(a))
+                .unwrap());
+            assert_eq!(got, vec![ra(4, 1), ra(4, 5)]);
+        }
+        assert!(CountingTranslator::default().worth_memoizing());
+    }
 
     #[test]
     fn translate_all_uses_three_bounded_calls() {

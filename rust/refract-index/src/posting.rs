@@ -807,7 +807,9 @@ impl TranslationMemo {
 
     /// Translates `posting`: a part whose offsets all move by one constant
     /// ([`Translator::shift_of_range`]) is shifted in bulk and needs no memo;
-    /// in other parts, addresses seen before are looked up and new ones are
+    /// a translator not [worth memoizing](Translator::worth_memoizing) streams
+    /// the other parts ([`Translator::translate_part`]) and no table is held;
+    /// otherwise addresses seen before are looked up and new ones are
     /// translated in ascending batches of at most [`MAX_TRANSLATION_BATCH`].
     /// One pass over the posting: known results go to the output at once,
     /// new addresses after their batch is translated.
@@ -826,6 +828,12 @@ impl TranslationMemo {
                 // The whole part moves by one constant: no lookups, no table.
                 self.assembler.push_shifted(part, base)?;
                 continue;
+            }
+            if !translator.worth_memoizing() {
+                let assembler = &mut self.assembler;
+                if translator.translate_part(high, part, &mut |new| assembler.push(new))? {
+                    continue;
+                }
             }
             table = self.table_at(table, high, max);
             let mut lows = part.iter();
@@ -1130,6 +1138,43 @@ mod tests {
             .filter(|a| a >> 32 == 2)
             .collect();
         assert_eq!(memo.translated(), fragment_two.len());
+    }
+
+    #[test]
+    fn a_translator_not_worth_memoizing_streams_parts_without_a_table() {
+        struct Streaming(RowAddrRemap);
+        impl Translator for Streaming {
+            fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+                self.0.translate(batch, out)
+            }
+            fn translate_part(
+                &self,
+                fragment: u32,
+                part: &RoaringBitmap,
+                sink: &mut dyn FnMut(u64),
+            ) -> Result<bool> {
+                self.0.translate_part(fragment, part, sink)
+            }
+            fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
+                self.0.shift_of_range(fragment, min, max)
+            }
+            fn worth_memoizing(&self) -> bool {
+                false
+            }
+        }
+        let rows = 50_000;
+        let remap = compaction_where(rows, |f, o| f == 2 && o % 7 == 0);
+        let streaming = Streaming(remap.clone());
+        let posting = mixed_posting(rows);
+        let mut memo = TranslationMemo::new();
+        for _ in 0..2 {
+            assert_eq!(
+                memo.remap(&posting, &streaming).unwrap(),
+                brute_force(&posting, &remap)
+            );
+        }
+        assert_eq!(memo.translated(), 0, "nothing held");
+        assert!(memo.tables.is_empty());
     }
 
     #[test]

@@ -373,6 +373,13 @@ impl Translator for PreparedTranslator {
         Ok(true)
     }
 
+    /// Every hop is a table read (ordered compactions search with a cursor,
+    /// partitions read an entry and a base): memoizing would only add a
+    /// per-row table.
+    fn worth_memoizing(&self) -> bool {
+        false
+    }
+
     fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
         if min > max {
             return Ok(None);

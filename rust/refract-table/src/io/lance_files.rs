@@ -38,6 +38,8 @@ pub const STREAMING_PAGE_BYTES: u64 = 1024 * 1024;
 /// 64 MiB still covers several 8 MiB pages per column.
 pub const READ_BUFFER_BYTES: u64 = 64 * 1024 * 1024;
 use lance_io::utils::CachedFileSize;
+
+use super::upload::StreamingUpload;
 use lance_io::ReadBatchParams;
 use object_store::memory::InMemory;
 use object_store::{ObjectStoreExt, PutPayload};
@@ -148,6 +150,14 @@ pub(crate) fn check_footer_fits(path: &RelativePath, size: u64) -> Result<()> {
     Ok(())
 }
 
+/// Where a writer's bytes go.
+enum Sink {
+    /// Lance's object writer (parts of at least 5 MiB).
+    Lance,
+    /// A [`StreamingUpload`] in parts of `part_bytes`.
+    Streaming { part_bytes: usize },
+}
+
 /// Writes one Lance file at a unique path. Nothing is visible until [`Self::finish`];
 /// dropping the writer leaves no object behind.
 pub struct LanceFileWriter {
@@ -210,7 +220,11 @@ impl LanceFileWriter {
             data_cache_bytes: Some(page_bytes.saturating_mul(columns)),
             ..FileWriterOptions::default()
         };
-        Self::create_with(store, path, schema, options).await
+        // Small upload parts too, so the upload buffers stay as small.
+        let sink = Sink::Streaming {
+            part_bytes: usize::try_from(page_bytes).unwrap_or(usize::MAX),
+        };
+        Self::create_into(store, path, schema, options, sink).await
     }
 
     async fn create_with(
@@ -219,14 +233,31 @@ impl LanceFileWriter {
         schema: SchemaRef,
         options: FileWriterOptions,
     ) -> Result<Self> {
+        Self::create_into(store, path, schema, options, Sink::Lance).await
+    }
+
+    async fn create_into(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+        options: FileWriterOptions,
+        sink: Sink,
+    ) -> Result<Self> {
         ensure_absent(store, path).await?;
         let lance_schema = lance_core::datatypes::Schema::try_from(schema.as_ref())
             .map_err(|e| Error::invalid_input(format!("schema of Lance file {path}: {e}")))?;
-        let object_writer = store
-            .lance_store()
-            .create(&path.to_object_path())
-            .await
-            .map_err(|e| lance_error("creating", path, e, false))?;
+        let object_writer: Box<dyn lance_io::traits::Writer> = match sink {
+            Sink::Lance => store
+                .lance_store()
+                .create(&path.to_object_path())
+                .await
+                .map_err(|e| lance_error("creating", path, e, false))?,
+            Sink::Streaming { part_bytes } => Box::new(StreamingUpload::new(
+                store.object_store().clone(),
+                path.to_object_path(),
+                part_bytes,
+            )),
+        };
         let inner = versions::create_writer(FILE_VERSION, object_writer, lance_schema, options)
             .map_err(|e| lance_error("creating", path, e, false))?;
         Ok(LanceFileWriter {

@@ -7,7 +7,9 @@ pub mod fault;
 pub mod lance_concat;
 pub mod lance_files;
 pub mod paths;
+pub mod read_ahead;
 pub mod store;
+pub mod upload;
 
 pub use counting::{CountingStore, PrefixStats, RequestStats};
 pub use deletion_file::{read_deletion_file, write_deletion_file, DeletionFileRef};
@@ -19,6 +21,7 @@ pub use lance_files::{
     STREAMING_READ_BUFFER_BYTES,
 };
 pub use paths::{data_file_path, deletion_file_path, index_dir, manifest_path, RelativePath};
+pub use read_ahead::read_ahead;
 pub use store::{DatasetStore, ObjectInfo};
 
 #[cfg(test)]

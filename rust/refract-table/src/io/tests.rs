@@ -253,6 +253,92 @@ async fn range_reads_return_exact_rows(#[case] backend: Backend) {
 #[case::memory(Backend::Memory)]
 #[case::local(Backend::Local)]
 #[tokio::test]
+async fn streaming_uploads_put_small_files_once_and_big_ones_in_parts(#[case] backend: Backend) {
+    use lance_io::traits::Writer;
+    use tokio::io::AsyncWriteExt;
+
+    let (store, _dir) = fresh(backend).await;
+    let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    // Below one part: a single PUT.
+    let small = data_file_path("small.bin").unwrap();
+    store.reset_stats();
+    let mut upload =
+        upload::StreamingUpload::new(store.object_store().clone(), small.to_object_path(), 4_096);
+    upload.write_all(&bytes[..4_000]).await.unwrap();
+    assert_eq!(upload.tell().await.unwrap(), 4_000);
+    assert_eq!(Writer::shutdown(&mut upload).await.unwrap().size, 4_000);
+    assert_eq!(store.stats().puts, 1);
+    assert_eq!(store.get(&small).await.unwrap(), &bytes[..4_000]);
+    // Written twice is an error, not a second object.
+    assert!(upload.write_all(b"x").await.is_err());
+    assert!(Writer::shutdown(&mut upload).await.is_err());
+
+    // Three parts and a tail: a multipart upload (start + 3 parts).
+    let big = data_file_path("big.bin").unwrap();
+    store.reset_stats();
+    let mut upload =
+        upload::StreamingUpload::new(store.object_store().clone(), big.to_object_path(), 3_000);
+    for piece in bytes.chunks(700) {
+        upload.write_all(piece).await.unwrap();
+    }
+    assert_eq!(Writer::shutdown(&mut upload).await.unwrap().size, 10_000);
+    assert_eq!(store.stats().puts, 1 + 4);
+    assert_eq!(store.get(&big).await.unwrap(), bytes);
+
+    // Abandoned midway: nothing visible.
+    let dropped = data_file_path("dropped.bin").unwrap();
+    let mut upload = upload::StreamingUpload::new(
+        store.object_store().clone(),
+        dropped.to_object_path(),
+        1_000,
+    );
+    upload.write_all(&bytes).await.unwrap();
+    drop(upload);
+    assert!(matches!(
+        store.head(&dropped).await,
+        Err(Error::NotFound { .. })
+    ));
+    let objects = store
+        .list(&RelativePath::parse("data").unwrap())
+        .await
+        .unwrap();
+    let names: Vec<&str> = objects.iter().map(|o| o.path.as_str()).collect();
+    assert_eq!(names, ["data/big.bin", "data/small.bin"]);
+}
+
+#[rstest]
+#[case::memory(Backend::Memory)]
+#[case::local(Backend::Local)]
+#[tokio::test]
+async fn read_ahead_streams_every_window_in_order(#[case] backend: Backend) {
+    let (store, _dir) = fresh(backend).await;
+    let file = write_test_file(&store, "ahead.lance", 300).await;
+    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    for (window, ahead) in [(7, 1), (50, 3), (300, 1), (1_000, 2)] {
+        let batches: Vec<RecordBatch> = read_ahead(&reader, window, ahead)
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert!(batches.iter().all(|b| b.num_rows() <= window as usize));
+        assert_eq!(concat(&batches), test_batch(0, 300), "window {window}");
+    }
+    // A consumer that stops early just drops the stream.
+    let mut partial = read_ahead(&reader, 10, 1).unwrap();
+    assert_eq!(ids_of(&partial.try_next().await.unwrap().unwrap())[0], 0);
+    drop(partial);
+    for (window, ahead) in [(0, 1), (1, 0)] {
+        assert!(matches!(
+            read_ahead(&reader, window, ahead),
+            Err(Error::InvalidInput { .. })
+        ));
+    }
+}
+
+#[rstest]
+#[case::memory(Backend::Memory)]
+#[case::local(Backend::Local)]
+#[tokio::test]
 async fn take_keeps_caller_order_and_duplicates(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "take.lance", 300).await;

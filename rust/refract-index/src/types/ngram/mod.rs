@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use refract_core::{Error, Result};
-use refract_table::io::{LanceFileReader, RelativePath, STREAMING_READ_BUFFER_BYTES};
+use refract_table::io::{read_ahead, LanceFileReader, RelativePath, STREAMING_READ_BUFFER_BYTES};
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 
@@ -45,8 +45,10 @@ use trigram::{needle_is_indexable, trigrams, Trigram};
 const ROW_ADDR_COLUMN: &str = "_rowaddr";
 /// On-disk layout version.
 const FORMAT_VERSION: u32 = 1;
-/// Postings read per batch while remapping (each may be large once decoded).
+/// Postings read per window while remapping (each may be large once decoded).
 const REMAP_READ_ROWS: u32 = 8;
+/// Windows read ahead of the rewrite while remapping.
+const REMAP_READ_AHEAD: usize = 1;
 
 /// The ngram index type.
 #[derive(Debug, Clone, Copy, Default)]
@@ -212,17 +214,10 @@ impl IndexType for NgramIndex {
         let mut seen = 0u64;
         // A row sits in one posting per trigram of its value: translate it once.
         let mut memo = TranslationMemo::new();
-        let rows = reader.num_rows();
-        let mut start = 0u64;
-        while start < rows {
-            // One read per window of postings, so the reader never reads ahead
-            // of what the rewrite is about to use.
-            let end = (start + u64::from(REMAP_READ_ROWS)).min(rows);
-            let mut batches = reader.read_range(start..end, None, REMAP_READ_ROWS).await?;
-            while let Some(batch) = batches.try_next().await? {
-                seen += remap_batch(&batch, &mut memo, translator, &mut writer).await?;
-            }
-            start = end;
+        // One window is read while the one before is rewritten.
+        let mut batches = read_ahead(&reader, REMAP_READ_ROWS, REMAP_READ_AHEAD)?;
+        while let Some(batch) = batches.try_next().await? {
+            seen += remap_batch(&batch, &mut memo, translator, &mut writer).await?;
         }
         if seen != details.trigrams {
             return Err(Error::corrupt(
