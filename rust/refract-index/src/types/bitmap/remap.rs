@@ -6,11 +6,13 @@
 //! [`MAX_TRANSLATION_BATCH`](crate::types::MAX_TRANSLATION_BATCH), so a dense
 //! posting (millions of rows compressed into a few KiB) never expands into a
 //! row-count-sized buffer. Every row sits in exactly one posting, so each
-//! address is translated once without a memo.
+//! address is translated once without a memo. Through an in-memory
+//! translator, the postings of a read batch are translated on two threads.
 
 use futures::TryStreamExt;
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
+use roaring::RoaringTreemap;
 
 use super::reader::{check_schema, posting_bytes, WHAT};
 use super::{BitmapDetails, BitmapWriter, BITMAP_FILE, ROWS_PER_BATCH, VALUE_COLUMN};
@@ -52,11 +54,45 @@ pub(crate) async fn remap(
             .column_by_name(VALUE_COLUMN)
             .ok_or_else(|| Error::corrupt(WHAT, "missing value column"))?;
         let keys = KeyColumn::new(values)?;
-        for (i, old) in posting_bytes(&batch)?.iter().enumerate() {
-            // Read in place: no decoded copy of the old posting.
-            let new = translate_encoded(old.unwrap_or_default(), WHAT, translator, &mut scratch)?;
-            writer.push(keys.key_at(i), &new).await?;
+        // Read in place: no decoded copy of the old postings.
+        let old: Vec<&[u8]> = posting_bytes(&batch)?
+            .iter()
+            .map(|bytes| bytes.unwrap_or_default())
+            .collect();
+        let translated = translate_all(&old, translator, &mut scratch)?;
+        for (i, new) in translated.iter().enumerate() {
+            writer.push(keys.key_at(i), new).await?;
         }
     }
     writer.finish().await
+}
+
+/// Translates the encoded `postings` in order. A translator that answers
+/// from memory ([`Translator::worth_memoizing`] is false) is shared by two
+/// threads, each translating half of the postings; others are called from
+/// this thread only.
+fn translate_all(
+    postings: &[&[u8]],
+    translator: &dyn Translator,
+    scratch: &mut TranslateScratch,
+) -> Result<Vec<RoaringTreemap>> {
+    let translate = |part: &[&[u8]], scratch: &mut TranslateScratch| -> Result<Vec<_>> {
+        part.iter()
+            .map(|bytes| translate_encoded(bytes, WHAT, translator, scratch))
+            .collect()
+    };
+    if translator.worth_memoizing() || postings.len() < 2 {
+        return translate(postings, scratch);
+    }
+    // A dense posting is a few bytes of runs, so bytes say little about the
+    // work: halves by count.
+    let (first, second) = postings.split_at(postings.len() / 2);
+    let (head, tail) = std::thread::scope(|threads| {
+        let tail = threads.spawn(|| translate(second, &mut TranslateScratch::default()));
+        (translate(first, scratch), tail.join())
+    });
+    let tail = tail.map_err(|_| Error::invalid_input("a bitmap remap thread panicked"))?;
+    let mut all = head?;
+    all.extend(tail?);
+    Ok(all)
 }

@@ -184,3 +184,35 @@ async fn remap_through_a_batch_translator_is_exact() {
     let remap = table.compaction(65_536, |f, o| f == 1 && o < 10_000);
     check_remap(&table, &Batches(remap), 4).await;
 }
+
+#[tokio::test]
+async fn remap_through_an_in_memory_translator_is_exact_on_two_threads() {
+    // Not worth memoizing: each read batch's postings are split over two
+    // threads; results must still come out in key order and exact.
+    struct InMemory(RowAddrRemap, std::sync::atomic::AtomicUsize);
+    impl Translator for InMemory {
+        fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> refract_core::Result<()> {
+            self.0.translate(batch, out)
+        }
+        fn translate_part(
+            &self,
+            fragment: u32,
+            part: &roaring::RoaringBitmap,
+            sink: &mut dyn FnMut(u64),
+        ) -> refract_core::Result<bool> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.translate_part(fragment, part, sink)
+        }
+        fn worth_memoizing(&self) -> bool {
+            false
+        }
+    }
+    let table = Table::new(8, 9_000, |i| match i % 17 {
+        0 => None,
+        v => Some(v as i32),
+    });
+    let remap = table.compaction(30_000, |f, o| f % 3 == 1 && o % 5 == 2);
+    let translator = InMemory(remap, Default::default());
+    check_remap(&table, &translator, 17).await;
+    assert!(translator.1.load(std::sync::atomic::Ordering::Relaxed) > 0);
+}

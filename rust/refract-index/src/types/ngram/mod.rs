@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use refract_core::{Error, Result};
-use refract_table::io::{read_ahead, LanceFileReader, RelativePath, STREAMING_READ_BUFFER_BYTES};
+use refract_table::io::{read_ahead, LanceFileReader, RelativePath};
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +47,8 @@ const ROW_ADDR_COLUMN: &str = "_rowaddr";
 const FORMAT_VERSION: u32 = 1;
 /// Postings read per window while remapping (each may be large once decoded).
 const REMAP_READ_ROWS: u32 = 8;
+/// I/O budget of the old postings file while remapping (probe value).
+const REMAP_READ_BUFFER_BYTES: u64 = 1 << 20;
 /// Windows read ahead of the rewrite while remapping.
 const REMAP_READ_AHEAD: usize = 1;
 
@@ -206,7 +208,7 @@ impl IndexType for NgramIndex {
             &ctx.store,
             &postings_path(old_dir)?,
             None,
-            STREAMING_READ_BUFFER_BYTES,
+            REMAP_READ_BUFFER_BYTES,
         )
         .await?;
         let reader = check_postings(reader, &details)?;
