@@ -142,9 +142,9 @@ impl Writer for StreamingUpload {
     }
 
     async fn shutdown(&mut self) -> lance_core::Result<WriteResult> {
-        let finish = |err: object_store::Error| {
-            lance_core::Error::io(format!("uploading {}: {err}", self.path))
-        };
+        // Keep the store's error as the source: callers look through the
+        // chain (injected faults, not-found).
+        let finish = |err: object_store::Error| lance_core::Error::io_source(Box::new(err));
         let put = match std::mem::replace(&mut self.state, State::Done) {
             State::Buffering(buffer) => self
                 .store
