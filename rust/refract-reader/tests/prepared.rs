@@ -44,12 +44,12 @@ fn physical_rows(reader: &FriReader, ds: &Dataset) -> BTreeMap<u32, u64> {
     rows
 }
 
-/// Every translating segment of `name`, as the resolver scopes it.
-async fn cases(ds: &Dataset, name: &str) -> Vec<Case> {
+/// The async translator of every translating segment of `name`, as the
+/// resolver scopes it, with the segment's stored fragments.
+async fn translators(ds: &Dataset, name: &str) -> Vec<(SegmentTranslator, RoaringBitmap)> {
     let reader = FriReader::open(ds, ChunkCacheMode::Lazy).await.unwrap();
     let history = reader.history().unwrap().clone();
     let listing = reader.listing().unwrap().clone();
-    let rows = physical_rows(&reader, ds);
     let mut out = Vec::new();
     for meta in segments(ds, name) {
         let Some(ListedEntry::Segment {
@@ -63,20 +63,34 @@ async fn cases(ds: &Dataset, name: &str) -> Vec<Case> {
         if plan.disposition != Disposition::Translate {
             continue;
         }
-        let stored_bitmap = meta.fragment_bitmap.clone().unwrap_or_default();
+        let stored = meta.fragment_bitmap.clone().unwrap_or_default();
         let scope = SegmentScope {
             live: listing.live().clone(),
             claimed: claimed.clone(),
             owned: plan.owned.clone(),
             coverage: plan.coverage.clone(),
-            stored: stored_bitmap.clone(),
+            stored: stored.clone(),
         };
         let binder = MappingBinder::new(
             ds.store().clone(),
             ds.session().cache().clone(),
             ChunkCacheMode::Lazy,
         );
-        let slow = SegmentTranslator::new(history.clone(), binder, scope);
+        out.push((
+            SegmentTranslator::new(history.clone(), binder, scope),
+            stored,
+        ));
+    }
+    out
+}
+
+/// Every translating segment of `name`: both translators and the physical
+/// rows of each stored fragment.
+async fn cases(ds: &Dataset, name: &str) -> Vec<Case> {
+    let reader = FriReader::open(ds, ChunkCacheMode::Lazy).await.unwrap();
+    let rows = physical_rows(&reader, ds);
+    let mut out = Vec::new();
+    for (slow, stored_bitmap) in translators(ds, name).await {
         let fast = slow.prepared().await;
         let stored = stored_bitmap.iter().map(|f| (f, rows[&f])).collect();
         out.push(Case { slow, fast, stored });
@@ -371,26 +385,7 @@ async fn a_partition_over_the_resident_budget_is_left_to_the_async_walk() {
         t.partition(&[4, 3], 2, |id| (id % 2) as u16).await,
         vec![5, 6]
     );
-    let reader = FriReader::open(&t.ds, ChunkCacheMode::Lazy).await.unwrap();
-    let history = reader.history().unwrap().clone();
-    let listing = reader.listing().unwrap().clone();
-    let meta = &segments(&t.ds, "id_idx")[0];
-    let Some(ListedEntry::Segment { plan, claimed, .. }) = listing.entry(&meta.uuid) else {
-        panic!("not a user segment");
-    };
-    let scope = SegmentScope {
-        live: listing.live().clone(),
-        claimed: claimed.clone(),
-        owned: plan.owned.clone(),
-        coverage: plan.coverage.clone(),
-        stored: meta.fragment_bitmap.clone().unwrap(),
-    };
-    let binder = MappingBinder::new(
-        t.ds.store().clone(),
-        t.ds.session().cache().clone(),
-        ChunkCacheMode::Lazy,
-    );
-    let slow = SegmentTranslator::new(history, binder, scope);
+    let (slow, _) = translators(&t.ds, "id_idx").await.remove(0);
     // 120 source rows hold 480 bytes of labels and ranks.
     assert!(slow.prepared_within(479).await.is_none());
     assert!(slow.prepared_within(480).await.is_some());

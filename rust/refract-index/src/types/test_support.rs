@@ -3,7 +3,7 @@
 use refract_core::ByteWeightedCache;
 use refract_table::io::{DatasetStore, RelativePath};
 
-use super::IndexContext;
+use super::{IndexContext, Translator};
 
 /// A local store (so copies are hard links) under a temporary directory; the
 /// directory must outlive the context.
@@ -21,4 +21,55 @@ pub(crate) async fn context() -> (IndexContext, tempfile::TempDir) {
 /// The segment directory `_indices/<name>`.
 pub(crate) fn seg(name: &str) -> RelativePath {
     RelativePath::parse(&format!("_indices/{name}")).unwrap()
+}
+
+/// Forwards every path of `inner` but says it is not worth memoizing (an
+/// in-memory translator), counting the parts it streams.
+pub(crate) struct InMemory<T> {
+    pub inner: T,
+    pub parts: std::sync::atomic::AtomicUsize,
+}
+
+impl<T> InMemory<T> {
+    pub(crate) fn new(inner: T) -> Self {
+        Self {
+            inner,
+            parts: Default::default(),
+        }
+    }
+
+    /// Parts streamed through [`Translator::translate_part`] so far.
+    pub(crate) fn parts(&self) -> usize {
+        self.parts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl<T: Translator> Translator for InMemory<T> {
+    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> refract_core::Result<()> {
+        self.inner.translate(batch, out)
+    }
+
+    fn translate_part(
+        &self,
+        fragment: u32,
+        part: &roaring::RoaringBitmap,
+        sink: &mut dyn FnMut(u64),
+    ) -> refract_core::Result<bool> {
+        self.parts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.translate_part(fragment, part, sink)
+    }
+
+    fn shift_of_range(
+        &self,
+        fragment: u32,
+        min: u32,
+        max: u32,
+    ) -> refract_core::Result<Option<u64>> {
+        self.inner.shift_of_range(fragment, min, max)
+    }
+
+    fn worth_memoizing(&self) -> bool {
+        false
+    }
 }

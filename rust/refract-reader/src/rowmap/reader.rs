@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use refract_core::cache::{ByteWeightedCache, CacheKey, CacheNamespace, KeyParts};
-use refract_core::{Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
+use refract_core::{row_address, Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
 use refract_table::io::store::DatasetStore;
 use uuid::Uuid;
 
 use super::counts::{CountsMatrix, BLOCK_ROWS};
 use super::file::{RowMapFile, MAX_TAIL_BYTES};
-use super::labels::LabelChunk;
+use super::labels::{LabelChunk, DELETED_ENTRY};
 use super::resident::ResidentPartition;
 use super::row_map_path;
 
@@ -110,6 +110,9 @@ pub struct RowMapReader {
     /// (fragment id, first global row), sorted by fragment id for lookup.
     source_starts: Vec<(u64, u64, u64)>,
     destinations: Vec<u64>,
+    /// `bases[block * width + label]`: the address of the first row of
+    /// `label` in `block` (see [`destination_bases`]).
+    bases: Vec<u64>,
     cache: Option<ByteWeightedCache>,
 }
 
@@ -171,12 +174,15 @@ impl RowMapReader {
             start += source.physical_rows;
         }
         source_starts.sort_unstable();
+        let destinations: Vec<u64> = destinations.iter().map(|(id, _)| *id).collect();
+        let bases = destination_bases(&counts, &destinations)?;
         let reader = Self {
             file,
             counts,
             fingerprint,
             source_starts,
-            destinations: destinations.iter().map(|(id, _)| *id).collect(),
+            destinations,
+            bases,
             cache: (mode != ChunkCacheMode::Disabled).then(|| cache.clone()),
         };
         if mode == ChunkCacheMode::Prewarm {
@@ -270,9 +276,9 @@ impl RowMapReader {
     }
 
     /// The whole map in memory for synchronous translation: every label unit
-    /// loaded (through the cache when enabled) plus each block's destination
-    /// bases. Holds about [`Self::resident_bytes`].
-    pub async fn resident(&self) -> Result<ResidentPartition> {
+    /// loaded (through the cache when enabled). Holds about
+    /// [`Self::resident_bytes`].
+    pub async fn resident(self: Arc<Self>) -> Result<ResidentPartition> {
         let unit_rows = self.unit_rows();
         let count = self.counts.num_rows().div_ceil(unit_rows);
         let units: Vec<Arc<LabelChunk>> = futures::stream::iter(0..count)
@@ -280,13 +286,7 @@ impl RowMapReader {
             .buffered(4)
             .try_collect()
             .await?;
-        ResidentPartition::new(
-            &self.counts,
-            &self.destinations,
-            self.source_starts.clone(),
-            unit_rows,
-            units,
-        )
+        ResidentPartition::new(self, unit_rows, units)
     }
 
     /// Bytes [`Self::resident`] holds: four per label.
@@ -301,6 +301,7 @@ impl RowMapReader {
             + self.counts.deep_size_bytes()
             + self.source_starts.capacity() * 24
             + self.destinations.capacity() * 8
+            + self.bases.capacity() * 8
     }
 
     /// Rows per fetched unit: a chunk with the cache, one block without.
@@ -327,39 +328,37 @@ impl RowMapReader {
 
     /// The global row of `address`; `cursor` remembers the last source so a
     /// run of one fragment's addresses searches the sources once.
-    fn global_row(&self, address: u64, cursor: &mut SourceCursor) -> Result<u64> {
+    pub(super) fn global_row(&self, address: u64, cursor: &mut SourceCursor) -> Result<u64> {
         cursor.global_row(&self.source_starts, address)
     }
 
+    /// The destination of global `row`, which lies in `chunk`: `None` for a
+    /// deleted row.
     #[inline]
-    fn destination(&self, chunk: &LabelChunk, row: u64) -> Result<Option<u64>> {
-        let position = row
+    pub(super) fn destination(&self, chunk: &LabelChunk, row: u64) -> Result<Option<u64>> {
+        let entry = row
             .checked_sub(chunk.first_row)
             .and_then(|p| usize::try_from(p).ok())
-            .filter(|p| *p < chunk.len())
+            .and_then(|p| chunk.entry(p))
             .ok_or_else(|| {
                 Error::corrupt("row map", format!("row {row} is not in its label chunk"))
             })?;
-        let Some((label, rank)) = chunk.label_and_rank(position) else {
+        if entry == DELETED_ENTRY {
             return Ok(None);
-        };
+        }
+        let label = (entry >> 16) as usize;
         // Decoding accepts only `BLOCK_ROWS` (a power of two): a shift.
-        let block = if self.counts.block_rows() == BLOCK_ROWS {
-            row >> BLOCK_ROWS.trailing_zeros()
-        } else {
-            row / u64::from(self.counts.block_rows())
-        };
-        let before = self.counts.before(block, label).ok_or_else(|| {
-            Error::corrupt("row map", format!("label {label} has no destination"))
-        })?;
-        let fragment = *self.destinations.get(usize::from(label)).ok_or_else(|| {
-            Error::corrupt("row map", format!("label {label} has no destination"))
-        })?;
-        let offset = u32::try_from(before + rank)
-            .map_err(|_| Error::corrupt("row map", "destination offset overflows"))?;
-        let fragment = u32::try_from(fragment)
-            .map_err(|_| Error::corrupt("row map", "destination id overflows"))?;
-        Ok(Some(RowAddress::new(fragment, offset).into()))
+        let block = (row >> BLOCK_ROWS.trailing_zeros()) as usize;
+        let base = self
+            .bases
+            .get(block * self.destinations.len() + label)
+            .ok_or_else(|| {
+                Error::corrupt("row map", format!("label {label} has no destination"))
+            })?;
+        // Ranks were checked against the counts when the chunk was loaded, and
+        // the bases against 32-bit offsets: `base + rank` stays inside the
+        // destination.
+        Ok(Some(base + u64::from(entry & 0xFFFF)))
     }
 
     /// The chunk `index` through the shared cache (concurrent loads of one
@@ -439,6 +438,41 @@ impl RowMapReader {
         }
         Ok(())
     }
+}
+
+/// Per (block, label), the address of the label's first row in the block:
+/// the destination's id and the rows of that label in earlier blocks. Both
+/// must fit 32 bits, and so must the rows up to the block's end, which bound
+/// every rank added to a base.
+fn destination_bases(counts: &CountsMatrix, destinations: &[u64]) -> Result<Vec<u64>> {
+    let mut bases = Vec::with_capacity(counts.num_blocks() as usize * destinations.len());
+    for block in 0..counts.num_blocks() {
+        for (label, destination) in destinations.iter().enumerate() {
+            let label16 =
+                u16::try_from(label).map_err(|_| Error::corrupt("row map", "label overflow"))?;
+            let (Some(before), Some(after)) = (
+                counts.before(block, label16),
+                counts.before(block + 1, label16),
+            ) else {
+                return Err(Error::corrupt(
+                    "row map",
+                    format!("label {label} has no counts in block {block}"),
+                ));
+            };
+            let fits = before <= after && after <= (1u64 << 32);
+            let fragment = u32::try_from(*destination)
+                .ok()
+                .filter(|_| fits)
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        "row map",
+                        format!("destination {destination} or its offsets overflow 32 bits"),
+                    )
+                })?;
+            bases.push(row_address(fragment, before as u32));
+        }
+    }
+    Ok(bases)
 }
 
 /// Bytes of counts and column metadata a row map of `rows` labels and

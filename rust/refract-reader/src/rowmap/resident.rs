@@ -1,69 +1,43 @@
 //! A whole stable-partition row map held in memory, for synchronous
-//! translation (the remap rewrite's prepared translator).
-//!
-//! Besides the label units, it keeps one destination base address per
-//! (block, label) — `destination << 32 | rows of that label in earlier
-//! blocks` — so translating a row is a source search (cached per fragment),
-//! one entry read and one base read: `base + rank`.
+//! translation (the remap rewrite's prepared translator): the reader (its
+//! sources and per-block destination bases) plus every label unit, so
+//! translating a row is a source search (cached per fragment), one entry read
+//! and one base read.
 
 use std::sync::Arc;
 
 use refract_core::{row_address, Error, Result, RowAddress};
 
-use super::counts::CountsMatrix;
-use super::labels::{LabelChunk, DELETED_ENTRY};
-use super::reader::SourceCursor;
+use super::labels::LabelChunk;
+use super::reader::{RowMapReader, SourceCursor};
 
-/// A row map in memory: labels with ranks, and per-block destination bases.
+/// A row map in memory: the reader and all its label units.
 #[derive(Debug, Clone)]
 pub struct ResidentPartition {
-    /// (fragment id, first global row, physical rows), sorted by id.
-    sources: Vec<(u64, u64, u64)>,
+    map: Arc<RowMapReader>,
     /// `log2` of the rows of one unit.
     unit_shift: u32,
     units: Vec<Arc<LabelChunk>>,
-    /// `log2` of the rows of one block.
-    block_shift: u32,
-    /// Destinations (labels) per block.
-    width: usize,
-    /// `bases[block * width + label]`: the address of the first row of
-    /// `label` in `block`.
-    bases: Vec<u64>,
 }
 
 impl ResidentPartition {
-    /// Assembles the resident form of a validated map: `units` of
-    /// `unit_rows` rows each (both powers of two, as the format requires).
+    /// Assembles the resident form of `map` from its `units` of `unit_rows`
+    /// rows each (a power of two, as the format requires).
     pub(super) fn new(
-        counts: &CountsMatrix,
-        destinations: &[u64],
-        sources: Vec<(u64, u64, u64)>,
+        map: Arc<RowMapReader>,
         unit_rows: u64,
         units: Vec<Arc<LabelChunk>>,
     ) -> Result<Self> {
-        let block_rows = u64::from(counts.block_rows());
-        if !unit_rows.is_power_of_two() || !block_rows.is_power_of_two() {
+        if !unit_rows.is_power_of_two() {
             return Err(Error::corrupt(
                 "row map",
-                format!(
-                    "units of {unit_rows} rows or blocks of {block_rows} are not powers of two"
-                ),
+                format!("units of {unit_rows} rows are not a power of two"),
             ));
         }
-        let width = destinations.len();
-        let mut bases = Vec::with_capacity(counts.num_blocks() as usize * width);
-        for block in 0..counts.num_blocks() {
-            for (label, destination) in destinations.iter().enumerate() {
-                bases.push(base_of(counts, block, label, *destination)?);
-            }
-        }
         Ok(Self {
-            sources,
+            map,
             unit_shift: unit_rows.trailing_zeros(),
             units,
-            block_shift: block_rows.trailing_zeros(),
-            width,
-            bases,
         })
     }
 
@@ -71,8 +45,9 @@ impl ResidentPartition {
     /// address outside the sources is `InvalidInput`.
     #[inline]
     pub fn translate(&self, address: u64, sources: &mut SourceCursor) -> Result<Option<u64>> {
-        let row = sources.global_row(&self.sources, address)?;
-        self.resolve(self.unit(row >> self.unit_shift, row)?, row)
+        let row = self.map.global_row(address, sources)?;
+        self.map
+            .destination(self.unit(row >> self.unit_shift, row)?, row)
     }
 
     /// [`Self::translate`] of every address of `run` (any order), passing
@@ -86,7 +61,7 @@ impl ResidentPartition {
         let mut sources = SourceCursor::default();
         let mut unit: Option<(u64, &LabelChunk)> = None;
         for address in run {
-            let row = sources.global_row(&self.sources, address)?;
+            let row = self.map.global_row(address, &mut sources)?;
             let index = row >> self.unit_shift;
             let chunk = match unit {
                 Some((at, chunk)) if at == index => chunk,
@@ -96,7 +71,7 @@ impl ResidentPartition {
                     chunk
                 }
             };
-            sink(self.resolve(chunk, row)?)?;
+            sink(self.map.destination(chunk, row)?)?;
         }
         Ok(())
     }
@@ -109,25 +84,6 @@ impl ResidentPartition {
             .and_then(|i| self.units.get(i))
             .map(|chunk| &**chunk)
             .ok_or_else(|| Error::corrupt("row map", format!("row {row} has no resident label")))
-    }
-
-    /// The destination of global `row`, which lies in `chunk`.
-    #[inline]
-    fn resolve(&self, chunk: &LabelChunk, row: u64) -> Result<Option<u64>> {
-        let entry = chunk
-            .entry(row.wrapping_sub(chunk.first_row) as usize)
-            .ok_or_else(|| Error::corrupt("row map", format!("row {row} has no resident label")))?;
-        if entry == DELETED_ENTRY {
-            return Ok(None);
-        }
-        let label = (entry >> 16) as usize;
-        let slot = ((row >> self.block_shift) as usize) * self.width + label;
-        let base = self.bases.get(slot).ok_or_else(|| {
-            Error::corrupt("row map", format!("label {label} has no destination"))
-        })?;
-        // The chunk's ranks were checked against the counts: `base + rank`
-        // stays inside the destination.
-        Ok(Some(base + u64::from(entry & 0xFFFF)))
     }
 
     /// `Some(base)` when every offset `o` in `min..=max` of source `fragment`
@@ -150,31 +106,4 @@ impl ResidentPartition {
         let consecutive = to_last.checked_sub(to_first) == Some(u64::from(max - min));
         Ok((same_fragment && consecutive).then(|| to_first.wrapping_sub(u64::from(min))))
     }
-}
-
-/// The address of the first row of `label` in `block`: the destination's id
-/// and the rows of that label in earlier blocks (both must fit 32 bits, and
-/// so must the rows up to the block's end, which bound every rank added).
-fn base_of(counts: &CountsMatrix, block: u64, label: usize, destination: u64) -> Result<u64> {
-    let label16 = u16::try_from(label).map_err(|_| Error::corrupt("row map", "label overflow"))?;
-    let (Some(before), Some(after)) = (
-        counts.before(block, label16),
-        counts.before(block + 1, label16),
-    ) else {
-        return Err(Error::corrupt(
-            "row map",
-            format!("label {label} has no counts in block {block}"),
-        ));
-    };
-    let fits = before <= after && after <= (1u64 << 32);
-    let fragment = u32::try_from(destination)
-        .ok()
-        .filter(|_| fits)
-        .ok_or_else(|| {
-            Error::corrupt(
-                "row map",
-                format!("destination {destination} or its offsets overflow 32 bits"),
-            )
-        })?;
-    Ok(row_address(fragment, before as u32))
 }

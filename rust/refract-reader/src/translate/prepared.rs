@@ -37,8 +37,6 @@ pub const RESIDENT_LABEL_BUDGET_BYTES: u64 = 128 << 20;
 
 /// One transition, bound for synchronous translation.
 enum Hop {
-    /// No address of the segment can reach it.
-    Unreachable,
     /// An ordered compaction (its reader holds the compact remap).
     Ordered(Arc<dyn MappingReader>),
     /// A stable partition with its row map in memory.
@@ -50,8 +48,9 @@ enum Hop {
 /// [`Translator::translate_part`] streaming path.
 pub struct PreparedTranslator {
     segment: SegmentTranslator,
-    /// Bound transitions by transition index.
-    hops: Vec<Hop>,
+    /// Bound transitions by transition index (`None` for one no address of
+    /// the segment can reach).
+    hops: Vec<Option<Hop>>,
 }
 
 impl std::fmt::Debug for PreparedTranslator {
@@ -59,11 +58,8 @@ impl std::fmt::Debug for PreparedTranslator {
         let bound = |partition: bool| {
             self.hops
                 .iter()
-                .filter(|h| match h {
-                    Hop::Unreachable => false,
-                    Hop::Ordered(_) => !partition,
-                    Hop::Partition(_) => partition,
-                })
+                .flatten()
+                .filter(|h| matches!(h, Hop::Partition(_)) == partition)
                 .count()
         };
         f.debug_struct("PreparedTranslator")
@@ -86,8 +82,8 @@ impl SegmentTranslator {
     /// [`Self::prepared`] with at most `resident_budget_bytes` of labels held.
     pub async fn prepared_within(&self, resident_budget_bytes: u64) -> Option<PreparedTranslator> {
         let reachable = self.reachable_transitions()?;
-        let mut hops: Vec<Hop> = Vec::new();
-        hops.resize_with(self.history.nodes().len(), || Hop::Unreachable);
+        let mut hops: Vec<Option<Hop>> = Vec::new();
+        hops.resize_with(self.history.nodes().len(), || None);
         let mut resident_bytes = 0u64;
         for transition in reachable {
             let node = self.history.node(transition)?;
@@ -103,7 +99,7 @@ impl SegmentTranslator {
                 }
                 Hop::Partition(map.resident().await.ok()?)
             };
-            *hops.get_mut(transition)? = hop;
+            *hops.get_mut(transition)? = Some(hop);
         }
         Some(PreparedTranslator {
             segment: SegmentTranslator {
@@ -185,10 +181,10 @@ impl Walk {
 impl PreparedTranslator {
     /// The bound hop of `transition`.
     fn hop(&self, transition: usize) -> Result<&Hop> {
-        match self.hops.get(transition) {
-            Some(Hop::Unreachable) | None => Err(unprepared(transition)),
-            Some(hop) => Ok(hop),
-        }
+        self.hops
+            .get(transition)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| unprepared(transition))
     }
 
     /// Moves `address` through `transition`: its next address, or `None`
@@ -204,7 +200,6 @@ impl PreparedTranslator {
                 ))),
             },
             Hop::Partition(map) => map.translate(address, sources),
-            Hop::Unreachable => Err(unprepared(transition)),
         }
     }
 
@@ -219,7 +214,6 @@ impl PreparedTranslator {
         match self.hop(transition)? {
             Hop::Ordered(reader) => Ok(ordered_remap(reader)?.shift_of_range(fragment, min, max)),
             Hop::Partition(map) => map.shift_of_range(fragment, (min, max)),
-            Hop::Unreachable => Err(unprepared(transition)),
         }
     }
 

@@ -14,7 +14,7 @@ use refract_table::predicate::Literal;
 use roaring::RoaringTreemap;
 
 use super::{BitmapDetails, BitmapIndexType};
-use crate::types::test_support::{context, seg};
+use crate::types::test_support::{context, seg, InMemory};
 use crate::types::{IndexContext, IndexParams, IndexQuery, IndexType, SearchResult};
 
 /// The indexed rows: `(value, address)` in fragments `0..fragments` of `rows`
@@ -189,30 +189,12 @@ async fn remap_through_a_batch_translator_is_exact() {
 async fn remap_through_an_in_memory_translator_is_exact_on_two_threads() {
     // Not worth memoizing: each read batch's postings are split over two
     // threads; results must still come out in key order and exact.
-    struct InMemory(RowAddrRemap, std::sync::atomic::AtomicUsize);
-    impl Translator for InMemory {
-        fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> refract_core::Result<()> {
-            self.0.translate(batch, out)
-        }
-        fn translate_part(
-            &self,
-            fragment: u32,
-            part: &roaring::RoaringBitmap,
-            sink: &mut dyn FnMut(u64),
-        ) -> refract_core::Result<bool> {
-            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.0.translate_part(fragment, part, sink)
-        }
-        fn worth_memoizing(&self) -> bool {
-            false
-        }
-    }
     let table = Table::new(8, 9_000, |i| match i % 17 {
         0 => None,
         v => Some(v as i32),
     });
     let remap = table.compaction(30_000, |f, o| f % 3 == 1 && o % 5 == 2);
-    let translator = InMemory(remap, Default::default());
+    let translator = InMemory::new(remap);
     check_remap(&table, &translator, 17).await;
-    assert!(translator.1.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert!(translator.parts() > 0);
 }
