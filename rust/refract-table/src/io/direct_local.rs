@@ -13,14 +13,13 @@
 //! completion, so the object appears whole or not at all.
 //!
 //! Direct I/O needs block-aligned offsets, lengths and memory. Each part is
-//! copied through a reused, aligned per-thread buffer; a part that starts at an
+//! copied through a reused, aligned buffer from a small shared pool; a part that starts at an
 //! unaligned offset, and the unaligned tail of a part, are written through a
 //! second, ordinary descriptor of the same file (the two never share a page).
 //! Where the file system refuses `O_DIRECT` (at open or on a write, `EINVAL`),
 //! the upload silently continues with ordinary writes. Set
 //! [`DIRECT_WRITES_ENV`]`=0` to turn direct writes off for the process.
 
-use std::cell::RefCell;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -28,7 +27,7 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -48,14 +47,34 @@ pub const DIRECT_WRITES_ENV: &str = "REFRACT_DIRECT_WRITES";
 /// Alignment of direct writes: offsets, lengths and memory. 4 KiB satisfies
 /// both 512-byte and 4 KiB logical block sizes.
 const DIRECT_ALIGN: usize = 4096;
-/// Size of the per-thread aligned buffer parts are copied through.
+/// Size of the aligned buffer parts are copied through.
 const BOUNCE_BYTES: usize = 1 << 20;
+/// Bounce buffers kept for reuse between writes.
+const IDLE_BOUNCE_BUFFERS: usize = 2;
 /// Name used in `object_store` errors raised here.
 const STORE_NAME: &str = "DirectLocalStore";
 
-thread_local! {
-    /// Reused across parts so a long upload touches no fresh memory per part.
-    static BOUNCE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+/// Bounce buffers shared by every upload of the process, reused across parts
+/// so a long upload touches no fresh memory per part. A write takes one and
+/// gives it back; at most [`IDLE_BOUNCE_BUFFERS`] wait idle, so the memory
+/// follows the writes in flight, not the blocking threads that ever wrote
+/// (a per-thread buffer held 1 MiB in every thread of tokio's blocking pool).
+static BOUNCE_POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// Runs `write` with a bounce buffer from [`BOUNCE_POOL`].
+fn with_bounce<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    // A poisoned pool only means a writer panicked; its buffers are plain bytes.
+    let taken = BOUNCE_POOL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .pop();
+    let mut buffer = taken.unwrap_or_default();
+    let result = write(&mut buffer);
+    let mut pool = BOUNCE_POOL.lock().unwrap_or_else(PoisonError::into_inner);
+    if pool.len() < IDLE_BOUNCE_BUFFERS {
+        pool.push(buffer);
+    }
+    result
 }
 
 /// `object_store`'s local file system with page-cache-bypassing multipart uploads.
@@ -238,11 +257,7 @@ impl UploadState {
     fn write_part(&self, offset: u64, data: &PutPayload) -> io::Result<()> {
         let aligned_start = offset.is_multiple_of(DIRECT_ALIGN as u64);
         if aligned_start && data.content_length() >= DIRECT_ALIGN && self.direct_usable() {
-            let written = BOUNCE.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut bounce) => self.write_through_bounce(&mut bounce, offset, data),
-                // Not reachable (no re-entrancy); fall back rather than fail.
-                Err(_) => Ok(false),
-            })?;
+            let written = with_bounce(|bounce| self.write_through_bounce(bounce, offset, data))?;
             if written {
                 return Ok(());
             }
@@ -441,6 +456,25 @@ impl Drop for DirectUpload {
 mod tests {
     use super::*;
     use futures::future::join_all;
+
+    #[test]
+    fn concurrent_writes_leave_at_most_the_idle_bounce_buffers() {
+        let writers = IDLE_BOUNCE_BUFFERS + 3;
+        let together = std::sync::Barrier::new(writers);
+        std::thread::scope(|scope| {
+            for _ in 0..writers {
+                scope.spawn(|| {
+                    with_bounce(|buffer| {
+                        buffer.resize(BOUNCE_BYTES, 1);
+                        // Every writer holds its own buffer at this point.
+                        together.wait();
+                    })
+                });
+            }
+        });
+        let idle = BOUNCE_POOL.lock().unwrap();
+        assert!(idle.len() <= IDLE_BOUNCE_BUFFERS, "{} idle", idle.len());
+    }
 
     fn store(dir: &tempfile::TempDir, direct: bool) -> DirectLocalStore {
         DirectLocalStore::with_direct_writes(

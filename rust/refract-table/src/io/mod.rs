@@ -21,7 +21,7 @@ pub use lance_files::{
     STREAMING_READ_BUFFER_BYTES,
 };
 pub use paths::{data_file_path, deletion_file_path, index_dir, manifest_path, RelativePath};
-pub use read_ahead::read_ahead;
+pub use read_ahead::{read_ahead, WindowSize};
 pub use store::{DatasetStore, ObjectInfo};
 
 #[cfg(test)]

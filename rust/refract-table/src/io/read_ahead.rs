@@ -1,14 +1,19 @@
-//! Reading a Lance file window by window, one window ahead of the consumer.
+//! Reading a Lance file window by window, ahead of the consumer.
 //!
 //! A one-pass rewrite (an index remap) alternates between waiting for the
 //! next rows and working on them. Reading the next window on its own task
 //! while the consumer works on the current one overlaps the two; a bounded
 //! channel keeps at most `ahead` windows decoded and waiting, so memory stays
 //! that of a few windows whatever the file's size.
+//!
+//! Rows can differ in size by orders of magnitude (an ngram posting holds
+//! anything from one row address to millions), so a window can be sized in
+//! bytes ([`WindowSize::bytes`]): each window's row count follows the size of
+//! the rows read just before it.
 
 use std::ops::Range;
 
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use refract_core::{Error, Result};
@@ -17,27 +22,95 @@ use tokio::sync::mpsc;
 use super::lance_files::LanceFileReader;
 use crate::task::AbortOnDrop;
 
-/// Streams every row of `reader` in windows of `window_rows` rows (one
+/// How many rows each window of [`read_ahead`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSize {
+    max_rows: u32,
+    /// Decoded bytes a window aims at; `None` reads `max_rows` every time.
+    target_bytes: Option<usize>,
+}
+
+impl WindowSize {
+    /// Windows of `rows` rows (the last one may be shorter).
+    pub const fn rows(rows: u32) -> Self {
+        Self {
+            max_rows: rows,
+            target_bytes: None,
+        }
+    }
+
+    /// Windows of about `target_bytes` decoded bytes and at most `max_rows`
+    /// rows. The first window is one row; each later one is sized from the
+    /// bytes per row of the window before, growing at most twofold per
+    /// window, so a file of large rows is read a row or two at a time while
+    /// a file of small rows soon reads `max_rows` at once. A single row
+    /// larger than `target_bytes` is still read whole.
+    pub const fn bytes(target_bytes: usize, max_rows: u32) -> Self {
+        Self {
+            max_rows,
+            target_bytes: Some(target_bytes),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.max_rows == 0 || self.target_bytes == Some(0) {
+            return Err(Error::invalid_input(format!(
+                "read-ahead windows need at least one row and one byte (got {self:?})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Rows of the first window.
+    fn first(&self) -> u32 {
+        match self.target_bytes {
+            Some(_) => 1,
+            None => self.max_rows,
+        }
+    }
+
+    /// Rows of the window after one of `rows` rows that decoded to `bytes`.
+    fn after(&self, rows: u32, bytes: usize) -> u32 {
+        let Some(target) = self.target_bytes else {
+            return self.max_rows;
+        };
+        let bytes_per_row = (bytes / rows.max(1) as usize).max(1);
+        let fitting = u32::try_from(target / bytes_per_row).unwrap_or(u32::MAX);
+        fitting.clamp(1, self.max_rows.min(rows.saturating_mul(2)).max(1))
+    }
+}
+
+/// Streams every row of `reader` in windows sized by `size` (one
 /// `read_range` per window, so the reader never reads past the window it was
 /// asked for), with up to `ahead` windows read before the consumer asks.
 /// Dropping the stream stops the reading task. Must be called inside a tokio
-/// runtime; zero `window_rows` or `ahead` is `InvalidInput`.
+/// runtime; a zero-sized window or zero `ahead` is `InvalidInput`.
 pub fn read_ahead(
     reader: &LanceFileReader,
-    window_rows: u32,
+    size: WindowSize,
     ahead: usize,
 ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-    if window_rows == 0 || ahead == 0 {
-        return Err(Error::invalid_input(format!(
-            "read-ahead needs windows of at least one row and at least one window ahead \
-             (got {window_rows} rows, {ahead} ahead)"
-        )));
+    size.check()?;
+    if ahead == 0 {
+        return Err(Error::invalid_input(
+            "read-ahead needs at least one window ahead (got 0)",
+        ));
     }
     let (sender, receiver) = mpsc::channel::<Result<Vec<RecordBatch>>>(ahead);
     let reader = reader.clone();
     let task = AbortOnDrop::spawn(async move {
-        for window in windows(reader.num_rows(), window_rows) {
-            let read = read_window(&reader, window, window_rows).await;
+        let rows = reader.num_rows();
+        let (mut start, mut window_rows) = (0u64, size.first());
+        while start < rows {
+            let window = start..(start + u64::from(window_rows)).min(rows);
+            start = window.end;
+            let read = read_window(&reader, window.clone(), window_rows).await;
+            if let Ok(batches) = &read {
+                let bytes = batches.iter().map(data_bytes).sum();
+                // A window is at most `window_rows` (a u32) rows long.
+                let read_rows = u32::try_from(window.end - window.start).unwrap_or(u32::MAX);
+                window_rows = size.after(read_rows, bytes);
+            }
             let failed = read.is_err();
             // A closed channel means the consumer is gone: stop reading.
             if sender.send(read).await.is_err() || failed {
@@ -55,10 +128,19 @@ pub fn read_ahead(
         .boxed())
 }
 
-/// `0..rows` cut into consecutive ranges of at most `window_rows` rows.
-fn windows(rows: u64, window_rows: u32) -> impl Iterator<Item = Range<u64>> {
-    let step = u64::from(window_rows);
-    (0..rows.div_ceil(step)).map(move |i| i * step..((i + 1) * step).min(rows))
+/// The bytes `batch`'s rows hold in its buffers (not the capacity the decoder
+/// happened to allocate, which carries tens of KiB of fixed overhead).
+pub(crate) fn data_bytes(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|column| {
+            let data = column.to_data();
+            // Only slices of malformed data fail to size; count capacity then.
+            data.get_slice_memory_size()
+                .unwrap_or_else(|_| column.get_array_memory_size())
+        })
+        .sum()
 }
 
 async fn read_window(
@@ -78,12 +160,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn windows_cover_every_row_once() {
-        assert_eq!(windows(0, 8).count(), 0);
-        assert_eq!(windows(8, 8).collect::<Vec<_>>(), vec![0..8]);
-        assert_eq!(
-            windows(17, 8).collect::<Vec<_>>(),
-            vec![0..8, 8..16, 16..17]
-        );
+    fn fixed_windows_keep_their_rows() {
+        let size = WindowSize::rows(8);
+        assert_eq!(size.first(), 8);
+        assert_eq!(size.after(8, 1 << 30), 8);
+        assert_eq!(size.after(3, 1), 8);
+    }
+
+    #[test]
+    fn byte_windows_follow_the_rows_read_before() {
+        let size = WindowSize::bytes(1_000, 64);
+        assert_eq!(size.first(), 1);
+        // Small rows: grow at most twofold per window, then stop at max_rows.
+        assert_eq!(size.after(1, 10), 2);
+        assert_eq!(size.after(32, 320), 64);
+        assert_eq!(size.after(64, 640), 64);
+        // Large rows: back to the rows that fit, never below one.
+        assert_eq!(size.after(64, 64 * 250), 4);
+        assert_eq!(size.after(4, 4 * 5_000), 1);
+        assert_eq!(size.after(1, 0), 2);
+    }
+
+    #[test]
+    fn zero_windows_are_invalid() {
+        assert!(WindowSize::rows(0).check().is_err());
+        assert!(WindowSize::bytes(0, 8).check().is_err());
+        assert!(WindowSize::bytes(8, 0).check().is_err());
+        assert!(WindowSize::bytes(8, 1).check().is_ok());
     }
 }

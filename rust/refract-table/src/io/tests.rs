@@ -315,7 +315,7 @@ async fn read_ahead_streams_every_window_in_order(#[case] backend: Backend) {
     let file = write_test_file(&store, "ahead.lance", 300).await;
     let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
     for (window, ahead) in [(7, 1), (50, 3), (300, 1), (1_000, 2)] {
-        let batches: Vec<RecordBatch> = read_ahead(&reader, window, ahead)
+        let batches: Vec<RecordBatch> = read_ahead(&reader, WindowSize::rows(window), ahead)
             .unwrap()
             .try_collect()
             .await
@@ -324,15 +324,63 @@ async fn read_ahead_streams_every_window_in_order(#[case] backend: Backend) {
         assert_eq!(concat(&batches), test_batch(0, 300), "window {window}");
     }
     // A consumer that stops early just drops the stream.
-    let mut partial = read_ahead(&reader, 10, 1).unwrap();
+    let mut partial = read_ahead(&reader, WindowSize::rows(10), 1).unwrap();
     assert_eq!(ids_of(&partial.try_next().await.unwrap().unwrap())[0], 0);
     drop(partial);
     for (window, ahead) in [(0, 1), (1, 0)] {
         assert!(matches!(
-            read_ahead(&reader, window, ahead),
+            read_ahead(&reader, WindowSize::rows(window), ahead),
             Err(Error::InvalidInput { .. })
         ));
     }
+}
+
+/// The row counts of the windows `size` reads from `reader`, checking that
+/// together they are the whole file in order.
+async fn window_rows(reader: &LanceFileReader, size: WindowSize, rows: i64) -> Vec<usize> {
+    let batches: Vec<RecordBatch> = read_ahead(reader, size, 2)
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(concat(&batches), test_batch(0, rows), "{size:?}");
+    batches.iter().map(RecordBatch::num_rows).collect()
+}
+
+#[rstest]
+#[case::memory(Backend::Memory)]
+#[case::local(Backend::Local)]
+#[tokio::test]
+async fn read_ahead_sizes_windows_by_bytes(#[case] backend: Backend) {
+    let (store, _dir) = fresh(backend).await;
+    let file = write_test_file(&store, "bytes.lance", 300).await;
+    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    // Rows larger than the target: one row per window.
+    let tiny = window_rows(&reader, WindowSize::bytes(1, 64), 300).await;
+    assert_eq!(tiny, vec![1; 300]);
+    // Room for every row: windows double from one row up to the cap.
+    let roomy = window_rows(&reader, WindowSize::bytes(1 << 30, 64), 300).await;
+    assert_eq!(roomy[..7], [1, 2, 4, 8, 16, 32, 64]);
+    assert!(roomy[7..].iter().all(|&rows| rows <= 64));
+    // In between: windows settle near the rows that fit the target.
+    let whole: Vec<RecordBatch> = reader
+        .read_range(0..300, None, 300)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let bytes_per_row = read_ahead::data_bytes(&whole[0]) / 300;
+    let settled = window_rows(&reader, WindowSize::bytes(bytes_per_row * 5, 64), 300).await;
+    assert_eq!(settled[..3], [1, 2, 4], "{settled:?}");
+    assert!(
+        settled.iter().all(|&rows| (1..=7).contains(&rows)),
+        "{settled:?}"
+    );
+    assert!(matches!(
+        read_ahead(&reader, WindowSize::bytes(0, 8), 1),
+        Err(Error::InvalidInput { .. })
+    ));
 }
 
 #[rstest]

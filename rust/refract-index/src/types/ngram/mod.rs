@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use refract_core::{Error, Result};
-use refract_table::io::{read_ahead, LanceFileReader, RelativePath};
+use refract_table::io::{read_ahead, LanceFileReader, RelativePath, WindowSize};
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 
@@ -45,8 +45,13 @@ use trigram::{needle_is_indexable, trigrams, Trigram};
 const ROW_ADDR_COLUMN: &str = "_rowaddr";
 /// On-disk layout version.
 const FORMAT_VERSION: u32 = 1;
-/// Postings read per window while remapping (each may be large once decoded).
-const REMAP_READ_ROWS: u32 = 8;
+/// Decoded posting bytes a remap window aims at: a dense posting is hundreds
+/// of KiB, a sparse one a few bytes, so windows are sized in bytes.
+const REMAP_WINDOW_BYTES: usize = 256 << 10;
+/// Most postings in one remap window (small postings).
+const REMAP_WINDOW_MAX_ROWS: u32 = 1024;
+/// Postings read per window by [`NgramSegment`] scans.
+const SCAN_READ_ROWS: u32 = 8;
 /// I/O budget of the old postings file while remapping (probe value).
 const REMAP_READ_BUFFER_BYTES: u64 = 1 << 20;
 /// Windows read ahead of the rewrite while remapping.
@@ -217,7 +222,11 @@ impl IndexType for NgramIndex {
         // A row sits in one posting per trigram of its value: translate it once.
         let mut memo = TranslationMemo::new();
         // One window is read while the one before is rewritten.
-        let mut batches = read_ahead(&reader, REMAP_READ_ROWS, REMAP_READ_AHEAD)?;
+        let mut batches = read_ahead(
+            &reader,
+            WindowSize::bytes(REMAP_WINDOW_BYTES, REMAP_WINDOW_MAX_ROWS),
+            REMAP_READ_AHEAD,
+        )?;
         while let Some(batch) = batches.try_next().await? {
             seen += remap_batch(&batch, &mut memo, translator, &mut writer).await?;
         }
@@ -330,7 +339,7 @@ impl NgramSegment {
         }
         let mut batches = self
             .reader
-            .read_range(0..self.reader.num_rows(), None, REMAP_READ_ROWS)
+            .read_range(0..self.reader.num_rows(), None, SCAN_READ_ROWS)
             .await?;
         while let Some(batch) = batches.try_next().await? {
             let trigram_values: &UInt32Array = trigram_column(&batch)?;
