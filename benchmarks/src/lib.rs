@@ -3,6 +3,9 @@
 //! Every benchmark binary prints one JSON object per measurement on stdout, so
 //! runs can be collected with `> results.jsonl` and compared over time.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
 use refract_index::query::Query;
 use refract_table::dataset::Dataset;
@@ -116,4 +119,72 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result
         }
     }
     Ok(())
+}
+
+/// A global allocator that counts the bytes the process holds, so a
+/// benchmark can report a phase's heap peak next to its RSS peak (the
+/// difference is what the system allocator keeps resident beyond live data).
+/// Install with `#[global_allocator] static A: CountingAllocator = CountingAllocator;`.
+pub struct CountingAllocator;
+
+static HEAP_LIVE: AtomicUsize = AtomicUsize::new(0);
+static HEAP_PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// counters are only updated after it succeeds.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            count_alloc(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            count_alloc(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by `System` with `layout`.
+        unsafe { System.dealloc(ptr, layout) };
+        HEAP_LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr` was allocated by `System` with `layout`.
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            HEAP_LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+            count_alloc(new_size);
+        }
+        new
+    }
+}
+
+fn count_alloc(size: usize) {
+    let live = HEAP_LIVE.fetch_add(size, Ordering::Relaxed) + size;
+    HEAP_PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+/// Bytes the process holds through [`CountingAllocator`] now (0 when it is
+/// not the global allocator).
+pub fn heap_live_bytes() -> u64 {
+    HEAP_LIVE.load(Ordering::Relaxed) as u64
+}
+
+/// The most bytes held since the last [`reset_heap_peak`].
+pub fn heap_peak_bytes() -> u64 {
+    HEAP_PEAK.load(Ordering::Relaxed) as u64
+}
+
+/// Starts a new heap peak at the bytes held now.
+pub fn reset_heap_peak() {
+    HEAP_PEAK.store(HEAP_LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
 }

@@ -13,8 +13,9 @@ use std::time::Instant;
 
 use clap::Parser;
 use refract_benchmarks::{
-    copy_dir, current_rss_bytes, emit, indexed_query_matches_scan, peak_rss_bytes, reset_peak_rss,
-    uri,
+    copy_dir, current_rss_bytes, emit, heap_live_bytes, heap_peak_bytes,
+    indexed_query_matches_scan, peak_rss_bytes, reset_heap_peak, reset_peak_rss, uri,
+    CountingAllocator,
 };
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::synthetic::DEFAULT_DIM;
@@ -105,6 +106,8 @@ struct CompactionRun {
     commit_ms: f64,
     total_extra_rss: u64,
     commit_extra_rss: u64,
+    /// Peak live heap of the commit phase above its start (counting allocator).
+    commit_extra_heap: u64,
     fragments_after: usize,
 }
 
@@ -134,12 +137,20 @@ impl Runs {
     fn commit_extra_rss(&self) -> u64 {
         self.0.iter().map(|r| r.commit_extra_rss).max().unwrap_or(0)
     }
+    fn commit_extra_heap(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|r| r.commit_extra_heap)
+            .max()
+            .unwrap_or(0)
+    }
     fn json(&self) -> serde_json::Value {
         json!({
             "total_ms": self.0.iter().map(|r| r.total_ms).collect::<Vec<_>>(),
             "commit_phase_ms": self.0.iter().map(|r| r.commit_ms).collect::<Vec<_>>(),
             "total_peak_extra_rss_bytes": self.0.iter().map(|r| r.total_extra_rss).collect::<Vec<_>>(),
             "commit_phase_peak_extra_rss_bytes": self.0.iter().map(|r| r.commit_extra_rss).collect::<Vec<_>>(),
+            "commit_phase_peak_extra_heap_bytes": self.0.iter().map(|r| r.commit_extra_heap).collect::<Vec<_>>(),
         })
     }
 }
@@ -160,12 +171,19 @@ fn trim_heap() {
     }
 }
 
-/// Starts a measured phase: trimmed heap, reset peak; returns the RSS baseline.
-fn start_phase() -> u64 {
+/// Starts a measured phase: trimmed heap, reset peaks; returns the RSS and
+/// live-heap baselines.
+fn start_phase() -> (u64, u64) {
     trim_heap();
     reset_peak_rss();
-    current_rss_bytes()
+    reset_heap_peak();
+    (current_rss_bytes(), heap_live_bytes())
 }
+
+/// Counts live heap bytes, so the commit phase's heap peak is reported next
+/// to its RSS peak.
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 fn main() -> Result<(), BoxError> {
     let args = Args::parse();
@@ -246,8 +264,9 @@ async fn compact_copies(
     Ok((Runs(runs), kept))
 }
 
-/// Where the commit phase began: time, RSS baseline, and the task phase's peak RSS.
-type CommitMark = Arc<Mutex<Option<(Instant, u64, u64)>>>;
+/// Where the commit phase began: time, RSS and live-heap baselines, and the
+/// task phase's peak RSS.
+type CommitMark = Arc<Mutex<Option<(Instant, u64, u64, u64)>>>;
 
 async fn compact(dataset: &mut Dataset) -> Result<CompactionRun, BoxError> {
     let mark: CommitMark = Arc::new(Mutex::new(None));
@@ -256,22 +275,23 @@ async fn compact(dataset: &mut Dataset) -> Result<CompactionRun, BoxError> {
         Arc::new(move |p: CompactionProgress| {
             if p.tasks_done == p.tasks_total {
                 let task_peak = peak_rss_bytes();
-                let baseline = start_phase();
+                let (baseline, heap_baseline) = start_phase();
                 if let Ok(mut slot) = mark.lock() {
-                    *slot = Some((Instant::now(), baseline, task_peak));
+                    *slot = Some((Instant::now(), baseline, heap_baseline, task_peak));
                 }
             }
         })
     };
-    let baseline = start_phase();
+    let (baseline, _) = start_phase();
     let started = Instant::now();
     let metrics = compact_files(dataset, &CompactionOptions::default(), Some(on_progress)).await?;
     let ended = Instant::now();
     let peak = peak_rss_bytes();
+    let heap_peak = heap_peak_bytes();
     if metrics.committed_version.is_none() {
         return Err("compaction committed nothing".into());
     }
-    let (commit_started, commit_baseline, task_peak) = mark
+    let (commit_started, commit_baseline, commit_heap_baseline, task_peak) = mark
         .lock()
         .map_err(|_| "progress mark poisoned")?
         .ok_or("compaction reported no final progress")?;
@@ -282,6 +302,7 @@ async fn compact(dataset: &mut Dataset) -> Result<CompactionRun, BoxError> {
         // peak is the larger of the task-phase and commit-phase peaks.
         total_extra_rss: peak.max(task_peak).saturating_sub(baseline),
         commit_extra_rss: peak.saturating_sub(commit_baseline),
+        commit_extra_heap: heap_peak.saturating_sub(commit_heap_baseline),
         fragments_after: dataset.fragments().len(),
     })
 }
@@ -347,6 +368,9 @@ async fn bench_type(
         .commit_extra_rss()
         .saturating_sub(baseline.commit_extra_rss());
     let rss_per_row = remap_extra_rss as f64 / rows as f64;
+    let remap_extra_heap = runs
+        .commit_extra_heap()
+        .saturating_sub(baseline.commit_extra_heap());
     let target = if index_type == "ivf_flat" {
         REMAP_TARGET_IVF
     } else {
@@ -368,6 +392,8 @@ async fn bench_type(
         "remap_extra_rss_bytes": remap_extra_rss,
         "remap_extra_rss_bytes_per_row": rss_per_row,
         "rss_target_bytes_per_row": RSS_TARGET_BYTES_PER_ROW,
+        "remap_extra_heap_bytes": remap_extra_heap,
+        "remap_extra_heap_bytes_per_row": remap_extra_heap as f64 / rows as f64,
         "rss_target_met": rss_per_row <= RSS_TARGET_BYTES_PER_ROW,
         "compaction_with_index": {
             "median_total_ms": runs.total_ms(),
@@ -418,7 +444,7 @@ async fn breakdown(at: &Path, index_type: &str, rewrites: usize) -> Result<(), B
         surviving.insert_range((f.id << 32)..((f.id << 32) + f.physical_rows));
     }
 
-    let rss_before = start_phase();
+    let (rss_before, _) = start_phase();
     let started = Instant::now();
     let remap = RowAddrRemap::compact(vec![RewriteGroupInput {
         old_fragments: old,
@@ -465,7 +491,7 @@ async fn breakdown(at: &Path, index_type: &str, rewrites: usize) -> Result<(), B
     let mut segment_times = Vec::with_capacity(rewrites);
     let mut segment_rss = 0;
     for _ in 0..rewrites.max(1) {
-        let rss_before = start_phase();
+        let (rss_before, _) = start_phase();
         let started = Instant::now();
         let outcome =
             remap_segment(&ctx, &registry, &meta, &remap, coverage.clone(), &options).await?;
