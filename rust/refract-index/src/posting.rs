@@ -784,6 +784,11 @@ struct MemoTable {
     results: Vec<u64>,
 }
 
+/// Postings of at least this many addresses are streamed on two threads when
+/// the translator answers from memory; below it a thread costs more than the
+/// half posting it would translate.
+pub const PARALLEL_MIN_ADDRESSES: u64 = 1 << 16;
+
 /// Translates each stored address once for postings that share rows (see the
 /// module docs). Memory: 8 bytes per offset up to the largest stored offset of
 /// each fragment, plus one translation batch.
@@ -795,6 +800,8 @@ pub struct TranslationMemo {
     pending: Vec<u64>,
     out: Vec<Option<u64>>,
     assembler: TreemapAssembler,
+    /// The second thread's assembler of a posting streamed on two threads.
+    second: TreemapAssembler,
     /// Addresses translated so far.
     translated: u64,
 }
@@ -812,12 +819,20 @@ impl TranslationMemo {
     /// otherwise addresses seen before are looked up and new ones are
     /// translated in ascending batches of at most [`MAX_TRANSLATION_BATCH`].
     /// One pass over the posting: known results go to the output at once,
-    /// new addresses after their batch is translated.
+    /// new addresses after their batch is translated. A posting of at least
+    /// [`PARALLEL_MIN_ADDRESSES`] streamed through a translator not worth
+    /// memoizing is split in two halves of about equal addresses, translated
+    /// on two threads and united.
     pub fn remap(
         &mut self,
         posting: &RoaringTreemap,
         translator: &dyn Translator,
     ) -> Result<RoaringTreemap> {
+        if !translator.worth_memoizing() && posting.len() >= PARALLEL_MIN_ADDRESSES {
+            if let Some(remapped) = self.stream_in_halves(posting, translator)? {
+                return Ok(remapped);
+            }
+        }
         // Parts and tables both ascend by high key: a forward cursor.
         let mut table = 0;
         for (high, part) in posting.bitmaps() {
@@ -862,6 +877,39 @@ impl TranslationMemo {
         }
         self.flush(translator)?;
         Ok(self.assembler.finish())
+    }
+
+    /// Streams the two halves of `posting` on two threads; `None` (nothing
+    /// kept) when the translator has no streaming path for some part.
+    fn stream_in_halves(
+        &mut self,
+        posting: &RoaringTreemap,
+        translator: &dyn Translator,
+    ) -> Result<Option<RoaringTreemap>> {
+        let parts: Vec<(u32, &RoaringBitmap)> = posting.bitmaps().collect();
+        let half = posting.len() / 2;
+        let mut seen = 0;
+        let split = parts
+            .iter()
+            .position(|(_, part)| {
+                seen += part.len();
+                seen >= half
+            })
+            .map_or(parts.len(), |i| i + 1);
+        let (head, tail) = parts.split_at(split);
+        let (first, second) = (&mut self.assembler, &mut self.second);
+        let (head_streamed, tail_streamed) = std::thread::scope(|threads| {
+            let tail = threads.spawn(|| stream_parts(tail, translator, second));
+            (stream_parts(head, translator, first), tail.join())
+        });
+        let tail_streamed = tail_streamed
+            .map_err(|_| Error::invalid_input("a posting translation thread panicked"))?;
+        let (mut head, tail) = (self.assembler.finish(), self.second.finish());
+        if !(head_streamed? && tail_streamed?) {
+            return Ok(None);
+        }
+        head |= tail;
+        Ok(Some(head))
     }
 
     /// Stored addresses whose results are held (diagnostics and tests).
@@ -934,6 +982,28 @@ impl TranslationMemo {
         self.pending.clear();
         Ok(())
     }
+}
+
+/// Streams `parts` into `assembler`: shifted in bulk where a part moves by one
+/// constant, else through [`Translator::translate_part`]. False when the
+/// translator has no streaming path for a part (the assembler then holds a
+/// partial result for the caller to discard).
+fn stream_parts(
+    parts: &[(u32, &RoaringBitmap)],
+    translator: &dyn Translator,
+    assembler: &mut TreemapAssembler,
+) -> Result<bool> {
+    for &(high, part) in parts {
+        let (Some(min), Some(max)) = (part.min(), part.max()) else {
+            continue;
+        };
+        if let Some(base) = translator.shift_of_range(high, min, max)? {
+            assembler.push_shifted(part, base)?;
+        } else if !translator.translate_part(high, part, &mut |new| assembler.push(new))? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// An address the memo should hold is missing: a bug, reported, not a panic.
@@ -1156,6 +1226,52 @@ mod tests {
         assert_eq!(memo.translated(), 0, "nothing held");
         assert!(memo.tables.is_empty());
         assert!(streaming.parts() > 0, "fragment 2's parts were streamed");
+    }
+
+    #[test]
+    fn a_large_posting_streams_on_two_threads_with_exact_results() {
+        let rows = 200_000;
+        let remap = compaction_where(rows, |f, o| f != 1 && o % 5 == 0);
+        let posting = mixed_posting(rows);
+        assert!(posting.len() >= PARALLEL_MIN_ADDRESSES);
+        let streaming = crate::types::test_support::InMemory::new(remap.clone());
+        let mut memo = TranslationMemo::new();
+        let expected = brute_force(&posting, &remap);
+        for _ in 0..2 {
+            assert_eq!(memo.remap(&posting, &streaming).unwrap(), expected);
+        }
+        assert_eq!(memo.translated(), 0, "nothing held");
+        // Fragment 1 moved whole (shifted); fragment 2 was streamed on this
+        // thread and fragment 3 on the other.
+        assert_eq!(streaming.parts(), 2 * 2);
+        assert_eq!(streaming.threads(), 1 + 2, "this thread and one per remap");
+    }
+
+    #[test]
+    fn a_large_posting_without_a_streaming_path_falls_back_to_the_memo() {
+        /// Not worth memoizing, but with no `translate_part`.
+        struct NoParts(RowAddrRemap);
+        impl Translator for NoParts {
+            fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+                self.0.translate(batch, out)
+            }
+            fn worth_memoizing(&self) -> bool {
+                false
+            }
+        }
+        let rows = 200_000;
+        let remap = compaction_where(rows, |_, o| o % 5 == 0);
+        let posting = mixed_posting(rows);
+        let mut memo = TranslationMemo::new();
+        let remapped = memo.remap(&posting, &NoParts(remap.clone())).unwrap();
+        assert_eq!(remapped, brute_force(&posting, &remap));
+        assert_eq!(memo.translated(), posting.len(), "the memo served it");
+        // The half results were discarded: the next posting starts clean.
+        let small: RoaringTreemap = [row_address(1, 1)].into_iter().collect();
+        assert_eq!(
+            memo.remap(&small, &NoParts(remap.clone())).unwrap(),
+            brute_force(&small, &remap)
+        );
     }
 
     #[test]

@@ -24,10 +24,12 @@ pub(crate) fn seg(name: &str) -> RelativePath {
 }
 
 /// Forwards every path of `inner` but says it is not worth memoizing (an
-/// in-memory translator), counting the parts it streams.
+/// in-memory translator), counting the parts it streams and the threads
+/// that streamed them.
 pub(crate) struct InMemory<T> {
     pub inner: T,
     pub parts: std::sync::atomic::AtomicUsize,
+    threads: std::sync::Mutex<std::collections::HashSet<std::thread::ThreadId>>,
 }
 
 impl<T> InMemory<T> {
@@ -35,7 +37,13 @@ impl<T> InMemory<T> {
         Self {
             inner,
             parts: Default::default(),
+            threads: Default::default(),
         }
+    }
+
+    /// Distinct threads that streamed parts so far.
+    pub(crate) fn threads(&self) -> usize {
+        self.threads.lock().unwrap().len()
     }
 
     /// Parts streamed through [`Translator::translate_part`] so far.
@@ -57,6 +65,10 @@ impl<T: Translator> Translator for InMemory<T> {
     ) -> refract_core::Result<bool> {
         self.parts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.threads
+            .lock()
+            .unwrap()
+            .insert(std::thread::current().id());
         self.inner.translate_part(fragment, part, sink)
     }
 
