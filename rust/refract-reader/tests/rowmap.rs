@@ -313,6 +313,39 @@ async fn every_mode_translates_like_the_reference(
     }
 }
 
+/// The resident form resolves runs like the reference: a sweep of every row
+/// (gathers that cross 65,536-row units, sources and the 2,097,152-row
+/// chunk), a strided run, and short descending and chunk-straddling runs.
+#[rstest]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resident_runs_translate_like_the_reference(
+    #[values(ChunkCacheMode::Disabled, ChunkCacheMode::Lazy)] mode: ChunkCacheMode,
+) {
+    let f = fixture().await;
+    let cache = ByteWeightedCache::new(256 << 20);
+    let resident = Arc::new(open(&f, &cache, mode).await)
+        .resident()
+        .await
+        .unwrap();
+    let runs: Vec<Vec<usize>> = vec![
+        (0..TOTAL as usize).collect(),
+        (0..TOTAL as usize).step_by(37).collect(),
+        (65_500..65_600).rev().collect(),
+        (2_097_100..2_097_200).collect(),
+    ];
+    for (i, rows) in runs.iter().enumerate() {
+        let mut got = Vec::with_capacity(rows.len());
+        resident
+            .translate_run(rows.iter().map(|r| f.addresses[*r]), |result| {
+                got.push(result);
+                Ok(())
+            })
+            .unwrap();
+        let want: Vec<Option<u64>> = rows.iter().map(|r| f.expected[*r]).collect();
+        assert_eq!(got, want, "run {i}");
+    }
+}
+
 /// `_fri` requests since the last reset.
 fn fri_requests(f: &Fixture) -> u64 {
     f.store.stats().requests_under("_fri")

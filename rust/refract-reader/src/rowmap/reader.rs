@@ -336,13 +336,13 @@ impl RowMapReader {
     /// deleted row.
     #[inline]
     pub(super) fn destination(&self, chunk: &LabelChunk, row: u64) -> Result<Option<u64>> {
-        let entry = row
-            .checked_sub(chunk.first_row)
-            .and_then(|p| usize::try_from(p).ok())
-            .and_then(|p| chunk.entry(p))
-            .ok_or_else(|| {
-                Error::corrupt("row map", format!("row {row} is not in its label chunk"))
-            })?;
+        self.destination_of_entry(chunk_entry(chunk, row)?, row)
+    }
+
+    /// The destination of global `row` whose packed label entry is `entry`
+    /// (read from its chunk): `None` for a deleted row.
+    #[inline]
+    pub(super) fn destination_of_entry(&self, entry: u32, row: u64) -> Result<Option<u64>> {
         if entry == DELETED_ENTRY {
             return Ok(None);
         }
@@ -488,4 +488,14 @@ fn metadata_bytes_estimate(rows: u64, destinations: usize) -> u64 {
         .saturating_add(blocks.saturating_mul(PAGE_METADATA_BYTES))
         .saturating_add(METADATA_SLACK_BYTES)
         .min(MAX_TAIL_BYTES)
+}
+
+/// The packed label entry of global `row` in `chunk`; `Corrupt` when the row
+/// is not in the chunk.
+#[inline]
+pub(super) fn chunk_entry(chunk: &LabelChunk, row: u64) -> Result<u32> {
+    row.checked_sub(chunk.first_row)
+        .and_then(|p| usize::try_from(p).ok())
+        .and_then(|p| chunk.entry(p))
+        .ok_or_else(|| Error::corrupt("row map", format!("row {row} is not in its label chunk")))
 }

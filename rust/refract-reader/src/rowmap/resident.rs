@@ -9,7 +9,11 @@ use std::sync::Arc;
 use refract_core::{row_address, Error, Result, RowAddress};
 
 use super::labels::LabelChunk;
-use super::reader::{RowMapReader, SourceCursor};
+use super::reader::{chunk_entry, RowMapReader, SourceCursor};
+
+/// Rows whose label entries [`ResidentPartition::translate_run`] loads
+/// together.
+const GATHER_ROWS: usize = 64;
 
 /// A row map in memory: the reader and all its label units.
 #[derive(Debug, Clone)]
@@ -53,27 +57,49 @@ impl ResidentPartition {
     /// [`Self::translate`] of every address of `run` (any order), passing
     /// each result to `sink`: one source search per fragment and one unit
     /// lookup per unit change, then an entry and a base read per address.
+    /// Addresses go in gathers of up to [`GATHER_ROWS`] rows of one unit whose
+    /// label entries are loaded in one tight loop before any is resolved, so
+    /// the loads (the cost of a large map: each one misses the caches)
+    /// overlap instead of waiting on each other.
     pub fn translate_run(
         &self,
         run: impl Iterator<Item = u64>,
         mut sink: impl FnMut(Option<u64>) -> Result<()>,
     ) -> Result<()> {
         let mut sources = SourceCursor::default();
-        let mut unit: Option<(u64, &LabelChunk)> = None;
-        for address in run {
-            let row = self.map.global_row(address, &mut sources)?;
-            let index = row >> self.unit_shift;
-            let chunk = match unit {
-                Some((at, chunk)) if at == index => chunk,
-                _ => {
-                    let chunk = self.unit(index, row)?;
-                    unit = Some((index, chunk));
-                    chunk
+        let mut rows = [0u64; GATHER_ROWS];
+        let mut entries = [0u32; GATHER_ROWS];
+        let mut run = run.peekable();
+        loop {
+            let mut unit: Option<(u64, &LabelChunk)> = None;
+            let mut gathered = 0;
+            while let Some(&address) = run.peek() {
+                if gathered == GATHER_ROWS {
+                    break;
                 }
+                let row = self.map.global_row(address, &mut sources)?;
+                let index = row >> self.unit_shift;
+                match unit {
+                    Some((at, _)) if at == index => {}
+                    // A new unit starts the next gather.
+                    Some(_) => break,
+                    None => unit = Some((index, self.unit(index, row)?)),
+                }
+                rows[gathered] = row;
+                gathered += 1;
+                run.next();
+            }
+            let Some((_, chunk)) = unit else {
+                return Ok(());
             };
-            sink(self.map.destination(chunk, row)?)?;
+            let (rows, entries) = (&rows[..gathered], &mut entries[..gathered]);
+            for (entry, row) in entries.iter_mut().zip(rows) {
+                *entry = chunk_entry(chunk, *row)?;
+            }
+            for (entry, row) in entries.iter().zip(rows) {
+                sink(self.map.destination_of_entry(*entry, *row)?)?;
+            }
         }
-        Ok(())
     }
 
     /// The unit `index` holding `row`.

@@ -2,9 +2,10 @@
 //!
 //! A one-pass rewrite (an index remap) alternates between waiting for the
 //! next rows and working on them. Reading the next window on its own task
-//! while the consumer works on the current one overlaps the two; a bounded
-//! channel keeps at most `ahead` windows decoded and waiting, so memory stays
-//! that of a few windows whatever the file's size.
+//! while the consumer works on the current one overlaps the two; a window is
+//! read only once a slot of a channel of `ahead` slots is free, so at most
+//! `ahead` windows are read or waiting besides the consumer's, and memory
+//! stays that of a few windows whatever the file's size.
 //!
 //! Rows can differ in size by orders of magnitude (an ngram posting holds
 //! anything from one row address to millions), so a window can be sized in
@@ -82,13 +83,25 @@ impl WindowSize {
 
 /// Streams every row of `reader` in windows sized by `size` (one
 /// `read_range` per window, so the reader never reads past the window it was
-/// asked for), with up to `ahead` windows read before the consumer asks.
+/// asked for), with at most `ahead` windows read (or being read) before the
+/// consumer asks.
 /// Dropping the stream stops the reading task. Must be called inside a tokio
 /// runtime; a zero-sized window or zero `ahead` is `InvalidInput`.
 pub fn read_ahead(
     reader: &LanceFileReader,
     size: WindowSize,
     ahead: usize,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    read_ahead_counting(reader, size, ahead, || {})
+}
+
+/// [`read_ahead`], calling `on_read` as each window's read begins (tests
+/// count the windows read ahead of the consumer this way).
+pub(crate) fn read_ahead_counting(
+    reader: &LanceFileReader,
+    size: WindowSize,
+    ahead: usize,
+    on_read: impl Fn() + Send + 'static,
 ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
     size.check()?;
     if ahead == 0 {
@@ -102,6 +115,14 @@ pub fn read_ahead(
         let rows = reader.num_rows();
         let (mut start, mut window_rows) = (0u64, size.first());
         while start < rows {
+            // A slot first, then the read: a window is only read once it has
+            // somewhere to wait, so at most `ahead` windows are read or being
+            // read beyond the one the consumer works on. A closed channel
+            // means the consumer is gone: stop reading.
+            let Ok(slot) = sender.reserve().await else {
+                return;
+            };
+            on_read();
             let window = start..(start + u64::from(window_rows)).min(rows);
             start = window.end;
             let read = read_window(&reader, window.clone(), window_rows).await;
@@ -112,8 +133,8 @@ pub fn read_ahead(
                 window_rows = size.after(read_rows, bytes);
             }
             let failed = read.is_err();
-            // A closed channel means the consumer is gone: stop reading.
-            if sender.send(read).await.is_err() || failed {
+            slot.send(read);
+            if failed {
                 return;
             }
         }

@@ -335,6 +335,41 @@ async fn read_ahead_streams_every_window_in_order(#[case] backend: Backend) {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_ahead_reads_at_most_ahead_windows_beyond_the_consumer() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::time::{Duration, Instant};
+    let (store, _dir) = fresh(Backend::Memory).await;
+    let file = write_test_file(&store, "bound.lance", 300).await;
+    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    for ahead in [1usize, 3] {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counter = reads.clone();
+        let mut stream =
+            read_ahead::read_ahead_counting(&reader, WindowSize::rows(10), ahead, move || {
+                counter.fetch_add(1, SeqCst);
+            })
+            .unwrap();
+        // The consumer takes window 0 and keeps working on it.
+        assert_eq!(ids_of(&stream.try_next().await.unwrap().unwrap())[0], 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while reads.load(SeqCst) < 1 + ahead && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Given time, the reader still stops at `ahead` windows past it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(reads.load(SeqCst), 1 + ahead, "ahead {ahead}");
+        // Taking one more frees one slot: exactly one more read.
+        stream.try_next().await.unwrap().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while reads.load(SeqCst) < 2 + ahead && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(reads.load(SeqCst), 2 + ahead, "ahead {ahead}");
+    }
+}
+
 /// The row counts of the windows `size` reads from `reader`, checking that
 /// together they are the whole file in order.
 async fn window_rows(reader: &LanceFileReader, size: WindowSize, rows: i64) -> Vec<usize> {
