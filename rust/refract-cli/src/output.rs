@@ -1,9 +1,41 @@
 //! Printing rows and summaries.
 
+use std::fmt;
+use std::io::{ErrorKind, Write};
+
 use arrow_array::RecordBatch;
 use refract_core::{Error, Result};
 
 use crate::args::RowFormat;
+
+/// Writes `text` to standard output. A closed pipe (`refract scan … | head`)
+/// ends the process quietly with status 0: the reader has all it wanted, and
+/// a line is printed only after the work it reports has committed or failed,
+/// so the exit never interrupts a commit. Any other write
+/// error ends the process with status 1 and a message. `println!` would
+/// panic on both.
+pub fn write_stdout(text: fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("error: writing to standard output: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// `println!` through [`write_stdout`], so a closed pipe is not a panic.
+#[macro_export]
+macro_rules! out {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 /// Renders `batches` in `format` to a string (no trailing newline for tables).
 pub fn render_rows(batches: &[RecordBatch], format: RowFormat) -> Result<String> {

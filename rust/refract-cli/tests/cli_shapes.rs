@@ -283,3 +283,39 @@ fn inspect_lists_segments_and_fri_describes_the_ledger() {
     assert_eq!(fri["fri_uuid"], Value::Null);
     assert_eq!(fri["fri_flag"], true, "draining the history keeps the flag");
 }
+
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let uri = uri(dir.path());
+    ok(&[
+        "append",
+        &uri,
+        "--rows",
+        "50000",
+        "--fragment-rows",
+        "50000",
+    ]);
+    // `refract scan … | head -1`: the reader goes away after one line.
+    let mut scan = Command::new(env!("CARGO_BIN_EXE_refract"))
+        .args(["scan", &uri, "--columns", "id,text", "--format", "csv"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(scan.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("id,"), "{first}");
+    let output = scan.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "status {:?}: {stderr}",
+        output.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -90,9 +90,9 @@ pub async fn compact(uri: &str, args: &CompactArgs, until_noop: bool, json: bool
             metrics_line(&metrics)
         };
         if until_noop && !json {
-            println!("round {round}: {line}");
+            crate::out!("round {round}: {line}");
         } else {
-            println!("{line}");
+            crate::out!("{line}");
         }
         if !until_noop || metrics.committed_version.is_none() {
             return Ok(());
@@ -107,7 +107,7 @@ pub async fn compact_plan(uri: &str, args: &CompactArgs) -> Result<()> {
     let plan = plan_compaction(&dataset, &options)?;
     let text = serde_json::to_string_pretty(&plan)
         .map_err(|e| Error::external("serializing the plan", e))?;
-    println!("{text}");
+    crate::out!("{text}");
     Ok(())
 }
 
@@ -129,7 +129,7 @@ pub async fn compact_exec(uri: &str, plan_path: &Path, task: usize) -> Result<()
     let result = task.execute(&dataset).await?;
     let text = serde_json::to_string(&result)
         .map_err(|e| Error::external("serializing the task result", e))?;
-    println!("{text}");
+    crate::out!("{text}");
     Ok(())
 }
 
@@ -147,7 +147,7 @@ pub async fn compact_commit(uri: &str, result_paths: &[PathBuf], json: bool) -> 
     }
     let dataset = Dataset::open(uri).await?;
     let (_, metrics) = commit_compaction(&dataset, results, &CompactionOptions::default()).await?;
-    println!(
+    crate::out!(
         "{}",
         if json {
             metrics_json(&metrics)

@@ -63,7 +63,7 @@ pub async fn append(
     let mut dataset = open_or_create(uri, dim).await?;
     let fragment_rows = fragment_rows.unwrap_or(DEFAULT_FRAGMENT_ROWS);
     append_synthetic(&mut dataset, rows, fragment_rows, start, dim).await?;
-    println!(
+    crate::out!(
         "appended {rows} rows; version {}, {} fragments",
         dataset.version(),
         dataset.fragments().len()
@@ -75,7 +75,7 @@ pub async fn append(
 pub async fn delete(uri: &str, filter: &str) -> Result<()> {
     let mut dataset = Dataset::open(uri).await?;
     let result = dataset.delete(filter).await?;
-    println!(
+    crate::out!(
         "deleted {} rows; version {}",
         result.rows_deleted,
         dataset.version()
@@ -121,9 +121,9 @@ pub async fn scan(uri: &str, request: &ScanRequest, format: RowFormat) -> Result
     let rows = read_rows(&dataset, request).await?;
     let text = render_rows(&[rows], format)?;
     if format == RowFormat::Table {
-        println!("{text}");
+        crate::out!("{text}");
     } else {
-        print!("{text}");
+        crate::output::write_stdout(format_args!("{text}"));
     }
     Ok(())
 }

@@ -87,7 +87,7 @@ impl Summary {
 pub async fn run(dir: Option<PathBuf>) -> Result<()> {
     let dir = prepare_dir(dir)?;
     let uri = dir.to_string_lossy().to_string();
-    println!("refract demo: dataset at {uri}");
+    crate::out!("refract demo: dataset at {uri}");
     let mut summary = Summary::default();
     let mut deleted: Vec<(i64, i64)> = Vec::new();
 
@@ -182,8 +182,8 @@ pub async fn run(dir: Option<PathBuf>) -> Result<()> {
         ),
     );
     summary.add("query checks passed", summary.checks_passed.to_string());
-    println!("{}", render_summary("summary", &summary.rows));
-    println!(
+    crate::out!("{}", render_summary("summary", &summary.rows));
+    crate::out!(
         "final: version {}, {} fragments, {} live rows",
         dataset.version(),
         dataset.fragments().len(),

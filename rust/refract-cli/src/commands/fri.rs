@@ -34,11 +34,11 @@ pub async fn partition(
     options.fragments = fragments;
     let metrics = partition_fragments(&mut dataset, options).await?;
     if json {
-        println!("{}", to_json(&metrics)?);
+        crate::out!("{}", to_json(&metrics)?);
         return Ok(());
     }
     match metrics.committed_version {
-        Some(version) => println!(
+        Some(version) => crate::out!(
             "partitioned {} fragments into {} destinations ({} rows{}); version {version}",
             metrics.fragments_removed,
             metrics.fragments_added,
@@ -49,7 +49,7 @@ pub async fn partition(
                 ""
             }
         ),
-        None => println!("nothing to partition"),
+        None => crate::out!("nothing to partition"),
     }
     Ok(())
 }
@@ -59,14 +59,14 @@ pub async fn fri(uri: &str, json: bool) -> Result<()> {
     let dataset = Dataset::open(uri).await?;
     let description = describe_fri(&dataset).await?;
     if json {
-        println!("{}", to_json(&description)?);
+        crate::out!("{}", to_json(&description)?);
         return Ok(());
     }
     let Some(uuid) = &description.fri_uuid else {
-        println!("no FRI (fri flag: {})", description.fri_flag);
+        crate::out!("no FRI (fri flag: {})", description.fri_flag);
         return Ok(());
     };
-    println!(
+    crate::out!(
         "FRI {uuid}: index_version {:?}, {} ({} bytes), fri flag {}, {} legacy version(s), {} transition(s){}",
         description.index_version,
         description.storage,
@@ -80,7 +80,7 @@ pub async fn fri(uri: &str, json: bool) -> Result<()> {
         let ids = |digests: &[refract_optimize::fri::describe::DigestDescription]| {
             digests.iter().map(|d| d.id).collect::<Vec<_>>()
         };
-        println!(
+        crate::out!(
             "  {} {:?} -> {:?} fingerprint {}{}",
             transition.kind,
             ids(&transition.sources),
@@ -115,10 +115,10 @@ pub async fn remap(
     let mut dataset = Dataset::open(uri).await?;
     let report = remap_indices(&mut dataset, remap_options(name, budget_bytes)).await?;
     if json {
-        println!("{}", to_json(&report)?);
+        crate::out!("{}", to_json(&report)?);
         return Ok(());
     }
-    println!(
+    crate::out!(
         "remapped {} segment(s), skipped {}, left translating (partial coverage) {}; {}",
         report.remapped(),
         report.skipped(),
@@ -143,7 +143,7 @@ pub async fn remap(
                 format!("unchanged ({reason:?}): {message}")
             }
         };
-        println!("  {} {}: {status}", segment.name, segment.uuid);
+        crate::out!("  {} {}: {status}", segment.name, segment.uuid);
     }
     Ok(())
 }
@@ -153,10 +153,10 @@ pub async fn trim(uri: &str, json: bool) -> Result<()> {
     let mut dataset = Dataset::open(uri).await?;
     let report = trim_fri(&mut dataset).await?;
     if json {
-        println!("{}", to_json(&report)?);
+        crate::out!("{}", to_json(&report)?);
         return Ok(());
     }
-    println!(
+    crate::out!(
         "trim: {} of {} transition(s) kept, {} removed, {} row map(s) deleted, {} superseded segment(s) pruned",
         report.transitions_kept,
         report.transitions_before,
@@ -184,11 +184,11 @@ pub async fn run_maintain(
     };
     let report = maintain(&mut dataset, options).await?;
     if json {
-        println!("{}", to_json(&report)?);
+        crate::out!("{}", to_json(&report)?);
         return Ok(());
     }
     for (i, round) in report.rounds.iter().enumerate() {
-        println!(
+        crate::out!(
             "round {}: compaction {}, remapped {} segment(s), trim removed {} transition(s){}",
             i + 1,
             round
@@ -200,9 +200,10 @@ pub async fn run_maintain(
             if round.is_noop() { " (no-op)" } else { "" }
         );
     }
-    println!(
+    crate::out!(
         "converged: {}, version {}",
-        report.converged, report.final_version
+        report.converged,
+        report.final_version
     );
     Ok(())
 }

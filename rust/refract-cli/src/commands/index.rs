@@ -27,7 +27,7 @@ pub async fn create(
     };
     let started = std::time::Instant::now();
     let dataset = create_index(&dataset, name, column, kind.type_name(), &params).await?;
-    println!(
+    crate::out!(
         "created {} index '{name}' on {column} in {:.2?}; version {}",
         kind.type_name(),
         started.elapsed(),
@@ -50,9 +50,9 @@ pub async fn optimize(uri: &str, name: Option<&str>) -> Result<()> {
         let before = dataset.version();
         dataset = optimize_indices(&dataset, &name).await?;
         if dataset.version() == before {
-            println!("index '{name}': every fragment is covered");
+            crate::out!("index '{name}': every fragment is covered");
         } else {
-            println!("index '{name}': new segment; version {}", dataset.version());
+            crate::out!("index '{name}': new segment; version {}", dataset.version());
         }
     }
     Ok(())
@@ -137,9 +137,9 @@ pub async fn query(
     }
     let text = render_rows(&[result.batch], format)?;
     if format == RowFormat::Table {
-        println!("{text}");
+        crate::out!("{text}");
     } else {
-        print!("{text}");
+        crate::output::write_stdout(format_args!("{text}"));
     }
     Ok(())
 }

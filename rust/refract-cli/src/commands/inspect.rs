@@ -50,22 +50,25 @@ pub async fn inspect(uri: &str, as_json: bool) -> Result<()> {
     let dataset = Dataset::open(uri).await?;
     let description = describe(&dataset);
     if as_json {
-        println!("{description:#}");
+        crate::out!("{description:#}");
         return Ok(());
     }
     let manifest = dataset.manifest();
-    println!("dataset {} at version {}", dataset.uri(), manifest.version);
-    println!(
+    crate::out!("dataset {} at version {}", dataset.uri(), manifest.version);
+    crate::out!(
         "flags: reader 0x{:x}, writer 0x{:x}",
-        manifest.reader_flags, manifest.writer_flags
+        manifest.reader_flags,
+        manifest.writer_flags
     );
-    println!(
+    crate::out!(
         "{:>8} {:>14} {:>12}  data files",
-        "fragment", "physical_rows", "deleted_rows"
+        "fragment",
+        "physical_rows",
+        "deleted_rows"
     );
     for fragment in &manifest.fragments {
         let files: Vec<String> = fragment.files.iter().map(|f| f.path.to_string()).collect();
-        println!(
+        crate::out!(
             "{:>8} {:>14} {:>12}  {}",
             fragment.id,
             fragment.physical_rows,
@@ -74,12 +77,15 @@ pub async fn inspect(uri: &str, as_json: bool) -> Result<()> {
         );
     }
     if manifest.indices.is_empty() {
-        println!("indices: none");
+        crate::out!("indices: none");
     }
     for index in &manifest.indices {
-        println!(
+        crate::out!(
             "index {} ({}) uuid {} on {:?}",
-            index.name, index.index_type, index.uuid, index.fields
+            index.name,
+            index.index_type,
+            index.uuid,
+            index.fields
         );
     }
     Ok(())
@@ -88,11 +94,13 @@ pub async fn inspect(uri: &str, as_json: bool) -> Result<()> {
 /// `refract versions`.
 pub async fn versions(uri: &str) -> Result<()> {
     let dataset = Dataset::open(uri).await?;
-    println!("{:>8}  {:>15}  operation", "version", "timestamp_ms");
+    crate::out!("{:>8}  {:>15}  operation", "version", "timestamp_ms");
     for info in dataset.versions().await? {
-        println!(
+        crate::out!(
             "{:>8}  {:>15}  {}",
-            info.version, info.timestamp_ms, info.operation
+            info.version,
+            info.timestamp_ms,
+            info.operation
         );
     }
     Ok(())
