@@ -54,8 +54,9 @@ const REMAP_WINDOW_MAX_ROWS: u32 = 1024;
 const SCAN_READ_ROWS: u32 = 8;
 /// I/O budget of the old postings file while remapping (probe value).
 const REMAP_READ_BUFFER_BYTES: u64 = 1 << 20;
-/// Windows read ahead of the rewrite while remapping.
-const REMAP_READ_AHEAD: usize = 1;
+/// Windows read (or being read) ahead of the rewrite while remapping: two,
+/// so the next posting is decoded while the one after it is read.
+const REMAP_READ_AHEAD: usize = 2;
 
 /// The ngram index type.
 #[derive(Debug, Clone, Copy, Default)]
