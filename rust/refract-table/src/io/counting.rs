@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -88,14 +89,29 @@ enum Kind {
 
 /// Shared, lockable counters (shared with in-flight multipart uploads).
 #[derive(Debug, Default)]
-struct Counters(Mutex<RequestStats>);
+struct Counters {
+    stats: Mutex<RequestStats>,
+    /// Multipart parts whose upload has started and not finished.
+    parts_in_flight: AtomicU64,
+    /// The most parts in flight at once since the last reset.
+    max_parts_in_flight: AtomicU64,
+}
 
 impl Counters {
     fn lock(&self) -> MutexGuard<'_, RequestStats> {
         // Counters stay meaningful even if a panicking test thread poisoned the lock.
-        self.0
+        self.stats
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn part_started(&self) {
+        let now = self.parts_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_parts_in_flight.fetch_max(now, Ordering::SeqCst);
+    }
+
+    fn part_finished(&self) {
+        self.parts_in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn record(&self, kind: Kind, dir: String, bytes_read: u64, bytes_written: u64) {
@@ -163,6 +179,16 @@ impl<S> CountingStore<S> {
     /// Zeroes the counters.
     pub fn reset(&self) {
         *self.counters.lock() = RequestStats::default();
+        // Parts still in flight keep counting down; the peak restarts from them.
+        let now = self.counters.parts_in_flight.load(Ordering::SeqCst);
+        self.counters
+            .max_parts_in_flight
+            .store(now, Ordering::SeqCst);
+    }
+
+    /// The most multipart parts uploading at once since the last reset.
+    pub fn max_parts_in_flight(&self) -> u64 {
+        self.counters.max_parts_in_flight.load(Ordering::SeqCst)
     }
 }
 
@@ -322,7 +348,14 @@ impl MultipartUpload for CountingUpload {
         let len = data.content_length() as u64;
         self.counters
             .record(Kind::Put, object_dir(&self.location), 0, len);
-        self.inner.put_part(data)
+        self.counters.part_started();
+        let part = self.inner.put_part(data);
+        let counters = self.counters.clone();
+        Box::pin(async move {
+            let uploaded = part.await;
+            counters.part_finished();
+            uploaded
+        })
     }
 
     async fn complete(&mut self) -> object_store::Result<PutResult> {

@@ -229,6 +229,12 @@ impl DatasetStore {
         self.counting.reset()
     }
 
+    /// The most multipart parts uploading at once since the last
+    /// [`Self::reset_stats`].
+    pub fn max_parts_in_flight(&self) -> u64 {
+        self.counting.max_parts_in_flight()
+    }
+
     /// Reads a whole object; NotFound when missing.
     pub async fn get(&self, path: &RelativePath) -> Result<Bytes> {
         let result = self

@@ -249,6 +249,27 @@ async fn range_reads_return_exact_rows(#[case] backend: Backend) {
     ));
 }
 
+#[tokio::test]
+async fn streaming_uploads_keep_at_most_parts_in_flight_uploading() {
+    use lance_io::traits::Writer;
+    use tokio::io::AsyncWriteExt;
+
+    let (store, _dir) = fresh(Backend::Memory).await;
+    let bytes: Vec<u8> = (0..64_000u32).map(|i| (i % 251) as u8).collect();
+    let file = data_file_path("many.bin").unwrap();
+    store.reset_stats();
+    let mut upload =
+        upload::StreamingUpload::new(store.object_store().clone(), file.to_object_path(), 1_000);
+    // Written in one go: the sink fills parts as fast as it may start them.
+    upload.write_all(&bytes).await.unwrap();
+    assert_eq!(Writer::shutdown(&mut upload).await.unwrap().size, 64_000);
+    assert_eq!(store.stats().puts, 1 + 64);
+    // On one thread the parts run only when the writer waits for room, so
+    // the writer reaches the bound exactly and never passes it.
+    assert_eq!(store.max_parts_in_flight(), upload::PARTS_IN_FLIGHT as u64);
+    assert_eq!(store.get(&file).await.unwrap(), bytes);
+}
+
 #[rstest]
 #[case::memory(Backend::Memory)]
 #[case::local(Backend::Local)]

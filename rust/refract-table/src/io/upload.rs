@@ -3,7 +3,8 @@
 //! Lance's own `ObjectWriter` uploads in parts of at least 5 MiB with up to
 //! ten in flight, so a rewrite of a large index file holds 10 MiB or more of
 //! upload buffers. [`StreamingUpload`] holds at most one part being filled
-//! plus [`PARTS_IN_FLIGHT`] parts being written. A file smaller than one
+//! plus [`PARTS_IN_FLIGHT`] parts being written, however large a single
+//! write is (each write is accepted up to the end of the part being filled). A file smaller than one
 //! part is written with a single PUT (one request, like Lance's writer);
 //! larger ones go through a multipart upload, which the store makes visible
 //! only when complete. Dropping the sink before `shutdown` abandons the
@@ -110,9 +111,14 @@ impl AsyncWrite for StreamingUpload {
                 }
                 State::Uploading(parts) => {
                     ready!(parts.poll_for_capacity(cx, PARTS_IN_FLIGHT)).map_err(io_error)?;
-                    parts.write(data);
-                    this.written += data.len();
-                    return Poll::Ready(Ok(data.len()));
+                    // At most the rest of the part being filled: a larger
+                    // write would start several parts past the capacity check
+                    // (`write_all` comes back for the remainder).
+                    let room = this.part_bytes - this.written % this.part_bytes;
+                    let accepted = &data[..data.len().min(room)];
+                    parts.write(accepted);
+                    this.written += accepted.len();
+                    return Poll::Ready(Ok(accepted.len()));
                 }
                 State::Done => {
                     return Poll::Ready(Err(io::Error::other(format!(
