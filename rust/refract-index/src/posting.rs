@@ -880,13 +880,19 @@ impl TranslationMemo {
     }
 
     /// Streams the two halves of `posting` on two threads; `None` (nothing
-    /// kept) when the translator has no streaming path for some part.
+    /// kept) when the posting has a single part or the translator has no
+    /// streaming path for some part: the caller then takes the one-thread
+    /// path.
     fn stream_in_halves(
         &mut self,
         posting: &RoaringTreemap,
         translator: &dyn Translator,
     ) -> Result<Option<RoaringTreemap>> {
         let parts: Vec<(u32, &RoaringBitmap)> = posting.bitmaps().collect();
+        if parts.len() < 2 {
+            // One fragment's part: nothing to share, stream it here.
+            return Ok(None);
+        }
         let half = posting.len() / 2;
         let mut seen = 0;
         let split = parts
@@ -895,7 +901,9 @@ impl TranslationMemo {
                 seen += part.len();
                 seen >= half
             })
-            .map_or(parts.len(), |i| i + 1);
+            .map_or(parts.len(), |i| i + 1)
+            // The other thread always gets at least the last part.
+            .min(parts.len() - 1);
         let (head, tail) = parts.split_at(split);
         let (first, second) = (&mut self.assembler, &mut self.second);
         let (head_streamed, tail_streamed) = std::thread::scope(|threads| {
@@ -1245,6 +1253,34 @@ mod tests {
         // thread and fragment 3 on the other.
         assert_eq!(streaming.parts(), 2 * 2);
         assert_eq!(streaming.threads(), 1 + 2, "this thread and one per remap");
+    }
+
+    #[test]
+    fn a_large_posting_is_shared_even_when_its_last_part_holds_the_half() {
+        let rows = 200_000;
+        let remap = compaction_where(rows, |_, o| o % 5 == 0);
+        // Fragment 1 is small, fragment 2 holds most addresses: the split
+        // point falls after the last part, and the last part still goes to
+        // the other thread.
+        let posting: RoaringTreemap = (1..=2u32)
+            .flat_map(|f| (0..rows).map(move |o| (f, o)))
+            .filter(|(f, o)| if *f == 1 { o % 13 == 0 } else { o % 3 != 0 })
+            .map(|(f, o)| row_address(f, o))
+            .collect();
+        assert!(posting.len() >= PARALLEL_MIN_ADDRESSES);
+        let streaming = crate::types::test_support::InMemory::new(remap.clone());
+        let remapped = TranslationMemo::new().remap(&posting, &streaming).unwrap();
+        assert_eq!(remapped, brute_force(&posting, &remap));
+        assert_eq!((streaming.parts(), streaming.threads()), (2, 2));
+        // A posting of one part stays on this thread.
+        let single: RoaringTreemap = (0..rows)
+            .filter(|o| o % 3 != 0)
+            .map(|o| row_address(2, o))
+            .collect();
+        let streaming = crate::types::test_support::InMemory::new(remap.clone());
+        let remapped = TranslationMemo::new().remap(&single, &streaming).unwrap();
+        assert_eq!(remapped, brute_force(&single, &remap));
+        assert_eq!((streaming.parts(), streaming.threads()), (1, 1));
     }
 
     #[test]
