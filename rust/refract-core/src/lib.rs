@@ -42,6 +42,6 @@ pub use materialize::{
 pub use ranked::RankedLayout;
 pub use remap::{CompactRemap, FragmentRows, RemapCursor, RewriteGroupInput, RowAddrRemap};
 pub use translate::{
-    translate_all, translate_all_async, translate_stream, translate_stream_async, BatchTranslator,
-    Translator, MAX_TRANSLATION_BATCH,
+    translate_all, translate_all_async, translate_stream, translate_stream_async, AddressSink,
+    BatchTranslator, Translator, MAX_TRANSLATION_BATCH,
 };

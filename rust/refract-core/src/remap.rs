@@ -23,6 +23,7 @@ use crate::cache::DeepSize;
 use crate::error::{Error, Result};
 use crate::materialize::estimate_hashmap_bytes;
 use crate::ranked::{last_le_by, RankedLayout, RankedOffsets};
+use crate::translate::AddressSink;
 
 /// A fragment id and its physical row count (deleted rows included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -252,7 +253,7 @@ impl CompactRemap {
     /// `sink`, with [`crate::Translator`] semantics (an address the remap does not
     /// know maps to itself, a deleted row is skipped), walking ranks and ranges
     /// incrementally like [`Self::get_batch`], with no result buffer.
-    pub fn translate_part(&self, fragment: u32, part: &RoaringBitmap, sink: &mut dyn FnMut(u64)) {
+    pub fn translate_part(&self, fragment: u32, part: &RoaringBitmap, sink: &mut dyn AddressSink) {
         if let Some(entry) = self.find_entry(u64::from(fragment), &mut 0) {
             // Index entries are built from the layout, so group and slot exist.
             let group = &self.groups[entry.group as usize];
@@ -261,7 +262,7 @@ impl CompactRemap {
                 // Every row of the part survived and lands in one new fragment:
                 // the whole part moves by one constant.
                 for offset in part {
-                    sink(base.wrapping_add(u64::from(offset)));
+                    sink.push(base.wrapping_add(u64::from(offset)));
                 }
                 return;
             }
@@ -271,9 +272,9 @@ impl CompactRemap {
         for offset in part {
             let address = row_address(fragment, offset);
             match self.get_with(address, &mut cursor) {
-                Some(Some(new)) => sink(new),
+                Some(Some(new)) => sink.push(new),
                 Some(None) => {} // deleted
-                None => sink(address),
+                None => sink.push(address),
             }
         }
     }

@@ -18,6 +18,31 @@ use crate::remap::{LookupCursor, RowAddrRemap};
 /// The most addresses a translator is given in one call.
 pub const MAX_TRANSLATION_BATCH: usize = 65_536;
 
+/// Where [`Translator::translate_part`] delivers translated addresses.
+///
+/// Closures `FnMut(u64)` are sinks that take one address at a time; a sink
+/// that can append whole runs cheaply (a bitmap builder) also implements
+/// [`AddressSink::push_run`].
+pub trait AddressSink {
+    /// Adds one translated address.
+    fn push(&mut self, address: u64);
+
+    /// Adds `fragment << 32 | low` for every `low` of `lows`, which ascend
+    /// strictly. The default pushes them one at a time.
+    fn push_run(&mut self, fragment: u32, lows: &[u32]) {
+        for low in lows {
+            self.push(row_address(fragment, *low));
+        }
+    }
+}
+
+impl<F: FnMut(u64)> AddressSink for F {
+    #[inline]
+    fn push(&mut self, address: u64) {
+        self(address)
+    }
+}
+
 /// Synchronous address translation.
 pub trait Translator: Send + Sync {
     /// Clears `out` and pushes one result per address of `batch`, in order: the new
@@ -26,16 +51,20 @@ pub trait Translator: Send + Sync {
 
     /// Optional streaming path for one fragment's addresses: translates the
     /// offsets `part` of fragment `fragment` (addresses `fragment << 32 | offset`),
-    /// calling `sink` with the new address of every row that is not gone, in the
-    /// order of `part`. The results equal [`Translator::translate`]'s; nothing is
-    /// buffered per row. Returns `Ok(false)` without calling `sink` when the
-    /// translator has no such path (the default); callers then fall back to
-    /// [`Translator::translate`] in batches of at most [`MAX_TRANSLATION_BATCH`].
+    /// giving `sink` the new address of every row that is not gone, each once.
+    /// The results equal [`Translator::translate`]'s as a set; they come one
+    /// at a time in the order of `part`, or — when the rows scatter over
+    /// several destinations — as ascending runs of one destination
+    /// ([`AddressSink::push_run`]) grouped by destination, with at most
+    /// [`MAX_TRANSLATION_BATCH`] rows buffered. Returns `Ok(false)` without
+    /// calling `sink` when the translator has no such path (the default);
+    /// callers then fall back to [`Translator::translate`] in batches of at
+    /// most [`MAX_TRANSLATION_BATCH`].
     fn translate_part(
         &self,
         fragment: u32,
         part: &RoaringBitmap,
-        sink: &mut dyn FnMut(u64),
+        sink: &mut dyn AddressSink,
     ) -> Result<bool> {
         let _ = (fragment, part, sink);
         Ok(false)
@@ -94,7 +123,7 @@ impl Translator for RowAddrRemap {
         &self,
         fragment: u32,
         part: &RoaringBitmap,
-        sink: &mut dyn FnMut(u64),
+        sink: &mut dyn AddressSink,
     ) -> Result<bool> {
         match self {
             RowAddrRemap::Compact(compact) => compact.translate_part(fragment, part, sink),
@@ -102,7 +131,7 @@ impl Translator for RowAddrRemap {
                 for offset in part {
                     let address = row_address(fragment, offset);
                     if let Some(new) = map.get(&address).copied().unwrap_or(Some(address)) {
-                        sink(new);
+                        sink.push(new);
                     }
                 }
             }
@@ -165,7 +194,7 @@ impl<T: Translator + ?Sized> Translator for Arc<T> {
         &self,
         fragment: u32,
         part: &RoaringBitmap,
-        sink: &mut dyn FnMut(u64),
+        sink: &mut dyn AddressSink,
     ) -> Result<bool> {
         (**self).translate_part(fragment, part, sink)
     }
@@ -188,7 +217,7 @@ impl<T: Translator + ?Sized> Translator for &T {
         &self,
         fragment: u32,
         part: &RoaringBitmap,
-        sink: &mut dyn FnMut(u64),
+        sink: &mut dyn AddressSink,
     ) -> Result<bool> {
         (**self).translate_part(fragment, part, sink)
     }
@@ -315,9 +344,9 @@ pub(crate) mod tests {
             &self,
             fragment: u32,
             part: &RoaringBitmap,
-            sink: &mut dyn FnMut(u64),
+            sink: &mut dyn AddressSink,
         ) -> Result<bool> {
-            part.iter().for_each(|o| sink(ra(fragment + 1, o)));
+            part.iter().for_each(|o| sink.push(ra(fragment + 1, o)));
             Ok(true)
         }
 

@@ -20,7 +20,7 @@
 
 use roaring::{RoaringBitmap, RoaringTreemap};
 
-use refract_core::{DeletionVector, Error, Result, Translator, MAX_TRANSLATION_BATCH};
+use refract_core::{AddressSink, DeletionVector, Error, Result, Translator, MAX_TRANSLATION_BATCH};
 
 /// Every 32-bit offset is a valid member of a part.
 const PART_DOMAIN: u64 = 1 << 32;
@@ -298,6 +298,16 @@ impl TreemapAssembler {
         self.parts[self.current].push(low, &mut self.spare);
     }
 
+    /// Adds `fragment << 32 | low` for every `low` of `lows` (ascending: one
+    /// part lookup for the run).
+    pub fn push_run(&mut self, fragment: u32, lows: &[u32]) {
+        self.seek(fragment);
+        let target = &mut self.parts[self.current];
+        for low in lows {
+            target.push(*low, &mut self.spare);
+        }
+    }
+
     /// Adds `base + o` (wrapping) for every offset `o` of `part`: a run that a
     /// translator moved by one constant ([`Translator::shift_of_range`]).
     pub fn push_shifted(&mut self, part: &RoaringBitmap, base: u64) -> Result<()> {
@@ -440,6 +450,17 @@ impl TreemapAssembler {
             .collect();
         spare.truncate(SPARE_BITSETS);
         RoaringTreemap::from_bitmaps(parts)
+    }
+}
+
+impl AddressSink for TreemapAssembler {
+    #[inline]
+    fn push(&mut self, address: u64) {
+        TreemapAssembler::push(self, address);
+    }
+
+    fn push_run(&mut self, fragment: u32, lows: &[u32]) {
+        TreemapAssembler::push_run(self, fragment, lows);
     }
 }
 
@@ -728,7 +749,7 @@ fn translate_part(
     scratch: &mut TranslateScratch,
 ) -> Result<()> {
     let assembler = &mut scratch.assembler;
-    if translator.translate_part(high, part, &mut |new| assembler.push(new))? {
+    if translator.translate_part(high, part, assembler)? {
         return Ok(());
     }
     for low in part {
@@ -846,7 +867,7 @@ impl TranslationMemo {
             }
             if !translator.worth_memoizing() {
                 let assembler = &mut self.assembler;
-                if translator.translate_part(high, part, &mut |new| assembler.push(new))? {
+                if translator.translate_part(high, part, assembler)? {
                     continue;
                 }
             }
@@ -1007,7 +1028,7 @@ fn stream_parts(
         };
         if let Some(base) = translator.shift_of_range(high, min, max)? {
             assembler.push_shifted(part, base)?;
-        } else if !translator.translate_part(high, part, &mut |new| assembler.push(new))? {
+        } else if !translator.translate_part(high, part, assembler)? {
             return Ok(false);
         }
     }
@@ -1433,7 +1454,7 @@ mod tests {
             &self,
             fragment: u32,
             part: &RoaringBitmap,
-            sink: &mut dyn FnMut(u64),
+            sink: &mut dyn AddressSink,
         ) -> Result<bool> {
             use std::sync::atomic::Ordering::Relaxed;
             self.paths.streamed.fetch_add(1, Relaxed);
@@ -1660,6 +1681,28 @@ mod tests {
                 let new = memo.remap(&posting, &remap).map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(new, brute_force(&posting, &remap));
             }
+        }
+
+        #[test]
+        fn runs_assemble_like_single_pushes(
+            runs in proptest::collection::vec(
+                (0u32..4, 0u32..200_000, 1u32..5_000, 1u32..30, any::<bool>()), 0..12),
+        ) {
+            // Ascending runs of destinations interleaved as a partition hands
+            // them over, some as runs and some address by address.
+            let mut assembler = TreemapAssembler::new();
+            let mut want = RoaringTreemap::new();
+            for (fragment, start, len, step, as_run) in &runs {
+                let lows: Vec<u32> = (0..*len).map(|i| start + i * step).collect();
+                want.extend(lows.iter().map(|low| row_address(*fragment, *low)));
+                if *as_run {
+                    AddressSink::push_run(&mut assembler, *fragment, &lows);
+                } else {
+                    lows.iter().for_each(|low| AddressSink::push(&mut assembler, row_address(*fragment, *low)));
+                }
+            }
+            let got = assembler.finish();
+            prop_assert_eq!(encode(&got), encode(&want));
         }
 
         #[test]

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::*;
-use refract_core::{BatchTranslator, Error, RowAddress, Translator, MAX_TRANSLATION_BATCH};
+use refract_core::{
+    AddressSink, BatchTranslator, Error, RowAddress, Translator, MAX_TRANSLATION_BATCH,
+};
 use refract_reader::translate::{PreparedTranslator, SegmentScope, SegmentTranslator};
 use refract_reader::{ChunkCacheMode, Disposition, FriReader, ListedEntry, MappingBinder};
 use refract_table::Dataset;
@@ -145,9 +147,10 @@ fn shuffled(batch: &[u64]) -> Vec<u64> {
 /// Checks every translating segment of every index of `t`: whole sorted
 /// batch, sorted slices crossing fragment boundaries, a shuffled batch, and
 /// `translate_part` on whole and partial fragments against `translate`.
-/// Returns how many segments were checked.
-async fn check_equal(ds: &Dataset) -> usize {
-    let mut checked = 0;
+/// Returns how many segments were checked and how many runs
+/// `translate_part` delivered.
+async fn check_equal(ds: &Dataset) -> (usize, usize) {
+    let (mut checked, mut runs) = (0, 0);
     for name in ["id_idx", "grp_idx", "name_idx"] {
         for case in cases(ds, name).await {
             let all = stored_addresses(&case);
@@ -159,18 +162,43 @@ async fn check_equal(ds: &Dataset) -> usize {
                 }
             }
             assert_same(&case, &shuffled(&all)).await;
-            check_parts(&case, &all, &expected);
+            runs += check_parts(&case, &all, &expected);
             assert!(check_shifts(&case, &all, &expected) > 0 || all.is_empty());
             checked += 1;
         }
     }
-    checked
+    (checked, runs)
+}
+
+/// Records what `translate_part` delivers: single addresses and runs.
+#[derive(Default)]
+struct Delivered {
+    addresses: Vec<u64>,
+    runs: usize,
+}
+
+impl AddressSink for Delivered {
+    fn push(&mut self, address: u64) {
+        self.addresses.push(address);
+    }
+
+    fn push_run(&mut self, fragment: u32, lows: &[u32]) {
+        assert!(
+            lows.windows(2).all(|w| w[0] < w[1]),
+            "a run ascends: {lows:?}"
+        );
+        self.runs += 1;
+        self.addresses
+            .extend(lows.iter().map(|low| RowAddress::new(fragment, *low).0));
+    }
 }
 
 /// `translate_part` of whole fragments, halves and every third offset keeps
-/// exactly the `Some` results of `translate`, in order.
-fn check_parts(case: &Case, all: &[u64], expected: &[Option<u64>]) {
+/// exactly the `Some` results of `translate`, each once; runs ascend within
+/// one destination. Returns how many runs were delivered.
+fn check_parts(case: &Case, all: &[u64], expected: &[Option<u64>]) -> usize {
     let fast = case.fast.as_ref().expect("prepared");
+    let mut runs = 0;
     let by_address: BTreeMap<u64, Option<u64>> =
         all.iter().copied().zip(expected.iter().copied()).collect();
     for (fragment, rows) in &case.stored {
@@ -183,17 +211,19 @@ fn check_parts(case: &Case, all: &[u64], expected: &[Option<u64>]) {
             RoaringBitmap::new(),
         ];
         for part in parts {
-            let mut got = Vec::new();
-            assert!(fast
-                .translate_part(*fragment, &part, &mut |a| got.push(a))
-                .unwrap());
-            let want: Vec<u64> = part
+            let mut got = Delivered::default();
+            assert!(fast.translate_part(*fragment, &part, &mut got).unwrap());
+            runs += got.runs;
+            let mut want: Vec<u64> = part
                 .iter()
                 .filter_map(|o| by_address[&RowAddress::new(*fragment, o).0])
                 .collect();
-            assert_eq!(got, want, "fragment {fragment} part {part:?}");
+            want.sort_unstable();
+            got.addresses.sort_unstable();
+            assert_eq!(got.addresses, want, "fragment {fragment} part {part:?}");
         }
     }
+    runs
 }
 
 /// `shift_of_range` is `Some(b)` exactly when every offset `o` of the range
@@ -257,7 +287,7 @@ async fn multi_hop_compactions_with_deletions() {
         "id 31 was deleted between the second and third"
     );
     assert_eq!(out[0], Some(RowAddress::new(9, 0).0));
-    assert_eq!(check_equal(&t.ds).await, 3);
+    assert_eq!(check_equal(&t.ds).await.0, 3);
     check_all(&t.ds).await;
 }
 
@@ -278,7 +308,7 @@ async fn insert_only_fragments_shift_and_split() {
         assert_eq!(*result, Some(expected), "row {k}");
     }
     assert_eq!(out[180], Some(RowAddress::new(4, 0).0));
-    assert_eq!(check_equal(&t.ds).await, 3);
+    assert_eq!(check_equal(&t.ds).await.0, 3);
 }
 
 #[tokio::test]
@@ -342,7 +372,13 @@ async fn partitions_after_compactions_are_prepared() {
         .translate(&[RowAddress::new(3, 40).0], &mut out)
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
-    assert_eq!(check_equal(&t.ds).await, 3);
+    let part: RoaringBitmap = [0, 1, 40].into_iter().collect();
+    let err = fast.translate_part(3, &part, &mut |_| {}).unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    // The partitioned fragments stream as runs, one per destination.
+    let (segments, runs) = check_equal(&t.ds).await;
+    assert_eq!(segments, 3);
+    assert!(runs > 0, "partitioned parts are delivered as runs");
     check_all(&t.ds).await;
 }
 
@@ -372,7 +408,7 @@ async fn a_range_partition_moves_whole_runs_by_a_constant() {
     assert_eq!(fast.shift_of_range(3, 5, 30).unwrap(), Some(base(5, 25, 5)));
     // Straddles the two destinations.
     assert_eq!(fast.shift_of_range(2, 10, 25).unwrap(), None);
-    assert_eq!(check_equal(&t.ds).await, 3);
+    assert_eq!(check_equal(&t.ds).await.0, 3);
     check_all(&t.ds).await;
 }
 

@@ -5,6 +5,7 @@
 //! counts buffer first); exact request counts cold and warm; deduplicated
 //! concurrent loads.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::{RecordBatch, UInt16Array};
@@ -13,11 +14,12 @@ use bytes::Bytes;
 use refract_core::cache::ByteWeightedCache;
 use refract_core::{Error, RowAddress, MAX_TRANSLATION_BATCH};
 use refract_reader::rowmap::{
-    row_map_path, ChunkCacheMode, CountsMatrix, RowMapReader, RowMapSource, RowMapWriter,
-    BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN,
+    row_map_path, ChunkCacheMode, CountsMatrix, RouteBuffer, RowMapReader, RowMapSource,
+    RowMapWriter, BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN, ROUTE_BATCH_ROWS,
 };
 use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::DatasetStore;
+use roaring::RoaringBitmap;
 use rstest::rstest;
 use tempfile::TempDir;
 use uuid::Uuid;
@@ -343,6 +345,81 @@ async fn resident_runs_translate_like_the_reference(
             .unwrap();
         let want: Vec<Option<u64>> = rows.iter().map(|r| f.expected[*r]).collect();
         assert_eq!(got, want, "run {i}");
+    }
+}
+
+/// `route_part` hands every surviving row of a part to its destination
+/// exactly as the reference translates it, grouped by destination: each
+/// destination's offsets ascend across all its groups, and no group is larger
+/// than the buffer. Parts cross block (65,536-row) and chunk (2,097,152-row)
+/// boundaries; one buffer serves them all.
+#[rstest]
+#[tokio::test]
+async fn resident_parts_route_like_the_reference(
+    #[values(ChunkCacheMode::Disabled, ChunkCacheMode::Lazy)] mode: ChunkCacheMode,
+) {
+    let f = fixture().await;
+    let cache = ByteWeightedCache::new(256 << 20);
+    let resident = Arc::new(open(&f, &cache, mode).await)
+        .resident()
+        .await
+        .unwrap();
+    let mut buffer = RouteBuffer::default();
+    let mut first_row = 0u64;
+    for (source, rows) in SOURCES {
+        let rows32 = rows as u32;
+        let parts: Vec<RoaringBitmap> = vec![
+            (0..rows32).collect(),
+            (0..rows32).step_by(37).collect(),
+            (65_000..66_000).collect(),
+            [0, rows32 - 1].into_iter().collect(),
+            RoaringBitmap::new(),
+        ];
+        for part in parts {
+            let mut routed: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+            resident
+                .route_part(source as u32, &part, &mut buffer, |fragment, lows| {
+                    assert!(!lows.is_empty() && lows.len() <= ROUTE_BATCH_ROWS);
+                    routed.entry(fragment).or_default().extend_from_slice(lows);
+                    Ok(())
+                })
+                .unwrap();
+            let mut want: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+            for offset in &part {
+                if let Some(new) = f.expected[(first_row + u64::from(offset)) as usize] {
+                    let new = RowAddress(new);
+                    want.entry(new.fragment_id())
+                        .or_default()
+                        .push(new.offset());
+                }
+            }
+            assert_eq!(routed, want, "source {source} part {part:?}");
+        }
+        first_row += rows;
+    }
+    // The chunk boundary: global row 2,097,152 is offset 597,152 of source 13.
+    let part: RoaringBitmap = (597_000..597_300).collect();
+    let mut routed = 0;
+    resident
+        .route_part(13, &part, &mut buffer, |_, lows| {
+            routed += lows.len();
+            Ok(())
+        })
+        .unwrap();
+    let live = part
+        .iter()
+        .filter(|o| f.expected[(1_500_000 + u64::from(*o)) as usize].is_some())
+        .count();
+    assert_eq!(routed, live);
+    // An offset past the source's rows, and a fragment that is no source.
+    for (fragment, part) in [
+        (13u32, RoaringBitmap::from_iter([0u32, 600_000])),
+        (14, RoaringBitmap::from_iter([0u32])),
+    ] {
+        let err = resident
+            .route_part(fragment, &part, &mut buffer, |_, _| Ok(()))
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     }
 }
 

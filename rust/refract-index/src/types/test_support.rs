@@ -61,7 +61,7 @@ impl<T: Translator> Translator for InMemory<T> {
         &self,
         fragment: u32,
         part: &roaring::RoaringBitmap,
-        sink: &mut dyn FnMut(u64),
+        sink: &mut dyn refract_core::AddressSink,
     ) -> refract_core::Result<bool> {
         self.parts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

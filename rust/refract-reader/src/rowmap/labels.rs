@@ -104,6 +104,12 @@ impl LabelChunk {
         self.entries.get(position).copied()
     }
 
+    /// Every packed entry, by chunk-relative row.
+    #[inline]
+    pub(crate) fn entries(&self) -> &[u32] {
+        &self.entries
+    }
+
     /// The label of chunk-relative row `position` and its rank among rows with
     /// the same label earlier in the same block. `None` for a deleted row or a
     /// position outside the chunk.

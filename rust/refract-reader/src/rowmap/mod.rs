@@ -19,12 +19,14 @@ mod file;
 pub mod labels;
 pub mod reader;
 mod resident;
+pub mod route;
 mod span;
 pub mod writer;
 
 pub use counts::{CountsMatrix, BLOCK_ROWS};
 pub use reader::{ChunkCacheMode, RowMapReader, RowMapSource, SourceCursor, BLOCKS_PER_CHUNK};
 pub use resident::ResidentPartition;
+pub use route::{RouteBuffer, ROUTE_BATCH_ROWS};
 pub use writer::RowMapWriter;
 
 use refract_core::Result;

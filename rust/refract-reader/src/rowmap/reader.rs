@@ -332,6 +332,25 @@ impl RowMapReader {
         cursor.global_row(&self.source_starts, address)
     }
 
+    /// The destination fragment of each label, by label.
+    pub(super) fn destination_fragments(&self) -> impl Iterator<Item = u32> + '_ {
+        // Opening checked that every destination id fits 32 bits
+        // (`destination_bases`): the truncation keeps it.
+        self.destinations.iter().map(|d| *d as u32)
+    }
+
+    /// Per label, the address of the label's first row in `block` (see
+    /// [`destination_bases`]).
+    #[inline]
+    pub(super) fn block_bases(&self, block: u64) -> Result<&[u64]> {
+        let width = self.destinations.len();
+        usize::try_from(block)
+            .ok()
+            .and_then(|b| b.checked_mul(width))
+            .and_then(|from| self.bases.get(from..from + width))
+            .ok_or_else(|| Error::corrupt("row map", format!("block {block} has no bases")))
+    }
+
     /// The destination of global `row`, which lies in `chunk`: `None` for a
     /// deleted row.
     #[inline]

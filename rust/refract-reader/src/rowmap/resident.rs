@@ -7,9 +7,12 @@
 use std::sync::Arc;
 
 use refract_core::{row_address, Error, Result, RowAddress};
+use roaring::RoaringBitmap;
 
-use super::labels::LabelChunk;
+use super::counts::BLOCK_ROWS;
+use super::labels::{LabelChunk, DELETED_ENTRY};
 use super::reader::{chunk_entry, RowMapReader, SourceCursor};
+use super::route::RouteBuffer;
 
 /// Rows whose label entries [`ResidentPartition::translate_run`] loads
 /// together.
@@ -102,6 +105,74 @@ impl ResidentPartition {
         }
     }
 
+    /// Translates the rows `part` of source `fragment` and hands the
+    /// survivors to `emit(destination fragment, offsets)` grouped by
+    /// destination, each group ascending (the partition keeps every
+    /// destination's rows in source order). `buffer` holds at most
+    /// [`super::ROUTE_BATCH_ROWS`] rows, so a large part comes in several
+    /// groups per destination, still ascending from one to the next. Per
+    /// row: one entry read and one base read, no source search and no
+    /// per-row call. An offset outside the source is `InvalidInput`.
+    pub fn route_part(
+        &self,
+        fragment: u32,
+        part: &RoaringBitmap,
+        buffer: &mut RouteBuffer,
+        mut emit: impl FnMut(u32, &[u32]) -> Result<()>,
+    ) -> Result<()> {
+        let (Some(min), Some(max)) = (part.min(), part.max()) else {
+            return Ok(());
+        };
+        let mut sources = SourceCursor::default();
+        // The last offset must be a row of the source; then every offset is.
+        self.map
+            .global_row(row_address(fragment, max), &mut sources)?;
+        let start = self
+            .map
+            .global_row(row_address(fragment, min), &mut sources)?
+            - u64::from(min);
+        buffer.reset(self.map.destination_fragments());
+        let block_shift = BLOCK_ROWS.trailing_zeros();
+        // The current block ends before row `block_end`; offsets ascend, so
+        // a row at or past it starts the next block (and maybe unit).
+        let mut block_end = 0u64;
+        let mut bases: &[u64] = &[];
+        let mut entries: &[u32] = &[];
+        let mut unit_first = 0u64;
+        for offset in part {
+            let row = start + u64::from(offset);
+            if row >= block_end {
+                let block = row >> block_shift;
+                bases = self.map.block_bases(block)?;
+                block_end = (block + 1) << block_shift;
+                // Units hold whole blocks, so the block lies in this unit.
+                let unit = self.unit(row >> self.unit_shift, row)?;
+                unit_first = unit.first_row;
+                entries = unit.entries();
+            }
+            let entry = usize::try_from(row - unit_first)
+                .ok()
+                .and_then(|at| entries.get(at))
+                .copied()
+                .ok_or_else(|| not_in_unit(row))?;
+            if entry == DELETED_ENTRY {
+                continue;
+            }
+            let label = entry >> 16;
+            let base = bases.get(label as usize).ok_or_else(|| {
+                Error::corrupt("row map", format!("label {label} has no destination"))
+            })?;
+            // Loading checked ranks against the counts and opening checked
+            // bases against 32-bit offsets: the low half plus the rank stays
+            // inside the destination (truncation keeps the offset).
+            let low = (*base as u32).wrapping_add(entry & 0xFFFF);
+            if buffer.push(label, low) {
+                buffer.flush(&mut emit)?;
+            }
+        }
+        buffer.flush(&mut emit)
+    }
+
     /// The unit `index` holding `row`.
     #[inline]
     fn unit(&self, index: u64, row: u64) -> Result<&LabelChunk> {
@@ -132,4 +203,9 @@ impl ResidentPartition {
         let consecutive = to_last.checked_sub(to_first) == Some(u64::from(max - min));
         Ok((same_fragment && consecutive).then(|| to_first.wrapping_sub(u64::from(min))))
     }
+}
+
+/// A row missing from the unit that should hold it.
+fn not_in_unit(row: u64) -> Error {
+    Error::corrupt("row map", format!("row {row} is not in its label unit"))
 }

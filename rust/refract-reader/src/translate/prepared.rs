@@ -18,18 +18,18 @@
 //! prepared: the async walk serves it, reading label chunks through the
 //! shared cache.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use refract_core::{
-    row_address, CompactRemap, Error, MappingReader, RemapCursor, Result, RowAddress, Translator,
-    MAX_TRANSLATION_BATCH,
+    row_address, AddressSink, CompactRemap, Error, MappingReader, RemapCursor, Result, RowAddress,
+    Translator, MAX_TRANSLATION_BATCH,
 };
 use refract_ledger::Mapping;
 use roaring::RoaringBitmap;
 
 use super::{Fate, FateCache, SegmentTranslator};
 use crate::mapping::StablePartitionMapping;
-use crate::rowmap::{ResidentPartition, SourceCursor};
+use crate::rowmap::{ResidentPartition, RouteBuffer, SourceCursor};
 
 /// Most label bytes a prepared translator holds for its stable partitions
 /// (about 33M source rows); beyond that the async walk serves the segment.
@@ -51,6 +51,9 @@ pub struct PreparedTranslator {
     /// Bound transitions by transition index (`None` for one no address of
     /// the segment can reach).
     hops: Vec<Option<Hop>>,
+    /// Idle route buffers of [`Translator::translate_part`] through a stable
+    /// partition: one per thread translating at once, reused across parts.
+    routes: Mutex<Vec<RouteBuffer>>,
 }
 
 impl std::fmt::Debug for PreparedTranslator {
@@ -108,6 +111,7 @@ impl SegmentTranslator {
                 scope: self.scope.clone(),
             },
             hops,
+            routes: Mutex::default(),
         })
     }
 
@@ -344,20 +348,28 @@ impl Translator for PreparedTranslator {
         &self,
         fragment: u32,
         part: &RoaringBitmap,
-        sink: &mut dyn FnMut(u64),
+        sink: &mut dyn AddressSink,
     ) -> Result<bool> {
         let (Some(min), Some(max)) = (part.min(), part.max()) else {
             return Ok(true);
         };
         let first = row_address(fragment, min);
         match self.segment.start_fate(fragment, first)? {
-            Fate::Keep => part.iter().for_each(|o| sink(row_address(fragment, o))),
+            Fate::Keep => part
+                .iter()
+                .for_each(|o| sink.push(row_address(fragment, o))),
             Fate::Drop => {}
             Fate::Wait(t) => {
                 let mut walk = Walk::new();
+                if let Hop::Partition(map) = self.hop(t)? {
+                    if map.shift_of_range(fragment, (min, max))?.is_none() {
+                        self.route_part(map, fragment, part, t, &mut walk, sink)?;
+                        return Ok(true);
+                    }
+                }
                 let mut emit = |result: Option<u64>| {
                     if let Some(new) = result {
-                        sink(new);
+                        sink.push(new);
                     }
                 };
                 let run = part.iter().map(|o| row_address(fragment, o));
@@ -390,6 +402,51 @@ impl Translator for PreparedTranslator {
 }
 
 impl PreparedTranslator {
+    /// Streams the rows `part` of `fragment`, waiting for the stable
+    /// partition `map` of `transition`, to `sink` as one ascending run per
+    /// destination (see [`ResidentPartition::route_part`]); a destination
+    /// that waits for a later transition walks its rows one by one.
+    fn route_part(
+        &self,
+        map: &ResidentPartition,
+        fragment: u32,
+        part: &RoaringBitmap,
+        transition: usize,
+        walk: &mut Walk,
+        sink: &mut dyn AddressSink,
+    ) -> Result<()> {
+        let mut buffer = self.take_route_buffer();
+        let routed = map.route_part(fragment, part, &mut buffer, |destination, lows| {
+            match self.after_hop(transition, destination, walk)? {
+                Fate::Keep => sink.push_run(destination, lows),
+                Fate::Drop => {}
+                Fate::Wait(next) => {
+                    for low in lows {
+                        let moved = row_address(destination, *low);
+                        if let Some(new) = self.walk_one(moved, next, walk)? {
+                            sink.push(new);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        });
+        self.routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(buffer);
+        routed
+    }
+
+    /// An idle route buffer, or a new one.
+    fn take_route_buffer(&self) -> RouteBuffer {
+        self.routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
     /// [`Translator::shift_of_range`] of offsets `min..=max` of `fragment`
     /// waiting for `transition`: the shifts of every hop, composed.
     fn shift_through(

@@ -1,0 +1,186 @@
+//! Grouping translated rows by destination.
+//!
+//! A stable partition scatters one source fragment's rows over its
+//! destinations, but keeps each destination's rows in source order. So the
+//! rows of one posting part, translated in source order and grouped by
+//! destination, form one ascending run per destination — which a bitmap
+//! builder appends in bulk instead of switching destination at every row.
+//! [`RouteBuffer`] holds at most [`ROUTE_BATCH_ROWS`] translated rows, then
+//! hands them over grouped by label (a counting sort, stable, so each run
+//! keeps its order).
+
+use refract_core::Result;
+
+/// Most translated rows a [`RouteBuffer`] holds before it hands them over.
+pub const ROUTE_BATCH_ROWS: usize = 16_384;
+
+/// Translated rows waiting to be handed over, grouped by label. Memory is
+/// bounded by [`ROUTE_BATCH_ROWS`] rows (12 bytes each) plus two words per
+/// label.
+#[derive(Debug, Default)]
+pub struct RouteBuffer {
+    /// `label << 32 | destination offset`, in translation order.
+    pending: Vec<u64>,
+    /// The destination offsets of `pending`, grouped by label.
+    grouped: Vec<u32>,
+    /// Per label (and one spare slot): where its group starts in `grouped`.
+    starts: Vec<u32>,
+    /// Per label: where its next row goes in `grouped`, then its group's end.
+    ends: Vec<u32>,
+    /// Per label: the destination fragment.
+    fragments: Vec<u32>,
+}
+
+impl RouteBuffer {
+    /// Empties the buffer for a map whose label `l` goes to destination
+    /// fragment `fragments[l]`.
+    pub(crate) fn reset(&mut self, fragments: impl Iterator<Item = u32>) {
+        self.pending.clear();
+        self.fragments.clear();
+        self.fragments.extend(fragments);
+    }
+
+    /// Buffers the row that goes to offset `low` of the destination of
+    /// `label` (a label of the map given to [`Self::reset`]); true when the
+    /// buffer is full and must be [flushed](Self::flush).
+    #[inline]
+    pub(crate) fn push(&mut self, label: u32, low: u32) -> bool {
+        self.pending.push((u64::from(label) << 32) | u64::from(low));
+        self.pending.len() >= ROUTE_BATCH_ROWS
+    }
+
+    /// Hands every buffered row to `emit(fragment, offsets)`, one call per
+    /// label in label order, each with its offsets in the order they were
+    /// pushed; the buffer is empty after.
+    pub(crate) fn flush(&mut self, mut emit: impl FnMut(u32, &[u32]) -> Result<()>) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let labels = self.fragments.len();
+        if self.pending.len() < labels {
+            // Fewer rows than labels: sorting beats counting over every label.
+            // The offsets ascend within a label, so the order within a group
+            // is the push order.
+            self.pending.sort_unstable();
+            self.grouped.clear();
+            let mut at = 0;
+            while let Some(&first) = self.pending.get(at) {
+                let label = (first >> 32) as u32;
+                let run = self.pending[at..]
+                    .iter()
+                    .take_while(|p| (**p >> 32) as u32 == label)
+                    .count();
+                // Truncation keeps the destination offset.
+                self.grouped
+                    .extend(self.pending[at..at + run].iter().map(|p| *p as u32));
+                emit(self.fragment(label), &self.grouped)?;
+                self.grouped.clear();
+                at += run;
+            }
+            self.pending.clear();
+            return Ok(());
+        }
+        // Callers push labels below `labels` (each one had a destination
+        // base); a stray one would land in the spare last slot, never emitted.
+        let slot = |packed: &u64| ((packed >> 32) as usize).min(labels);
+        self.starts.clear();
+        self.starts.resize(labels + 1, 0);
+        for packed in &self.pending {
+            self.starts[slot(packed)] += 1;
+        }
+        let mut start = 0;
+        for count in self.starts.iter_mut() {
+            let rows = *count;
+            *count = start;
+            start += rows;
+        }
+        self.grouped.clear();
+        self.grouped.resize(self.pending.len(), 0);
+        self.ends.clone_from(&self.starts);
+        for packed in &self.pending {
+            let end = &mut self.ends[slot(packed)];
+            // Each label's rows fill exactly its group; truncation keeps the
+            // destination offset.
+            self.grouped[*end as usize] = *packed as u32;
+            *end += 1;
+        }
+        for label in 0..labels {
+            let (from, to) = (self.starts[label] as usize, self.ends[label] as usize);
+            if from < to {
+                emit(self.fragments[label], &self.grouped[from..to])?;
+            }
+        }
+        self.pending.clear();
+        Ok(())
+    }
+
+    fn fragment(&self, label: u32) -> u32 {
+        self.fragments.get(label as usize).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pushes `rows` ((label, offset) pairs) and collects what one flush
+    /// hands over.
+    fn route(fragments: &[u32], rows: &[(u32, u32)]) -> Vec<(u32, Vec<u32>)> {
+        let mut buffer = RouteBuffer::default();
+        buffer.reset(fragments.iter().copied());
+        for (label, low) in rows {
+            assert!(!buffer.push(*label, *low));
+        }
+        let mut out = Vec::new();
+        buffer
+            .flush(|fragment, lows| {
+                out.push((fragment, lows.to_vec()));
+                Ok(())
+            })
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn groups_come_by_label_in_push_order() {
+        let rows = [(2, 5), (0, 1), (2, 6), (0, 3), (2, 9), (1, 4)];
+        let want = vec![(10, vec![1, 3]), (11, vec![4]), (12, vec![5, 6, 9])];
+        // Fewer rows than labels sorts; more counts; both group alike.
+        assert_eq!(route(&[10, 11, 12, 13, 14, 15, 16, 17], &rows), want);
+        assert_eq!(route(&[10, 11, 12], &rows), want);
+        assert!(route(&[10, 11, 12], &[]).is_empty());
+    }
+
+    #[test]
+    fn the_buffer_fills_at_the_batch_size_and_empties_on_flush() {
+        let mut buffer = RouteBuffer::default();
+        buffer.reset([7u32, 8].into_iter());
+        for low in 0..ROUTE_BATCH_ROWS as u32 - 1 {
+            assert!(!buffer.push(low % 2, low));
+        }
+        assert!(buffer.push(1, u32::MAX), "the last row fills it");
+        let mut handed = Vec::new();
+        buffer
+            .flush(|fragment, lows| {
+                handed.push((fragment, lows.len(), lows.last().copied()));
+                Ok(())
+            })
+            .unwrap();
+        let half = ROUTE_BATCH_ROWS / 2;
+        assert_eq!(
+            handed,
+            vec![
+                (7, half, Some(ROUTE_BATCH_ROWS as u32 - 2)),
+                (8, half, Some(u32::MAX))
+            ]
+        );
+        let mut calls = 0;
+        buffer
+            .flush(|_, _| {
+                calls += 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(calls, 0, "nothing left after a flush");
+    }
+}
