@@ -19,6 +19,7 @@ use refract_table::CommitHook;
 use roaring::RoaringTreemap;
 
 use super::execute::RewriteResult;
+use crate::remap::bridge::on_rewrite_thread;
 
 /// What one rewrite group needs for the remap, captured from its task result.
 #[derive(Debug, Clone)]
@@ -127,14 +128,13 @@ impl CommitHook for InlineRemapHook {
                 new_fragment_ids: new_ids.clone(),
             })
             .collect();
-        let rewrite = remap_indices_for_rewrite(
-            dataset,
-            candidate,
-            &remap,
-            &groups,
-            &self.registry,
-            self.budget,
-        )
+        // On the rewrite thread (see `remap::bridge`): the segment rewrites'
+        // allocations stay on one thread.
+        let (dataset, based_on) = (dataset.clone(), candidate.clone());
+        let (registry, budget) = (self.registry.clone(), self.budget);
+        let rewrite = on_rewrite_thread(async move {
+            remap_indices_for_rewrite(&dataset, &based_on, &remap, &groups, &registry, budget).await
+        })
         .await?;
         apply_index_rewrite(candidate, &rewrite);
         Ok(())
