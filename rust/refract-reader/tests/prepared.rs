@@ -412,6 +412,57 @@ async fn a_range_partition_moves_whole_runs_by_a_constant() {
     check_all(&t.ds).await;
 }
 
+/// Routed runs whose destination moves on (a later compaction) or is
+/// claimed by a newer segment: the rows of a destination that waits walk on
+/// one by one, those of a claimed one are dropped, and everything matches
+/// the async walk.
+#[tokio::test]
+async fn routed_destinations_that_move_on_or_are_claimed() {
+    let mut t = Table::new(3, 40).await;
+    t.index_all().await; // S1 covers 1, 2, 3
+    t.delete("id % 7 = 3").await;
+    assert_eq!(
+        t.partition(&[1, 2, 3], 3, |id| (id % 3) as u16).await,
+        vec![4, 5, 6]
+    );
+    assert_eq!(t.compact(&[4, 5], 500).await, vec![7]);
+    t.index_fragments(&[6]).await; // S2 claims 6 directly
+    let cases = cases(&t.ds, "id_idx").await;
+    let s1 = cases
+        .iter()
+        .find(|c| c.stored.contains_key(&1))
+        .expect("the first segment");
+    let fast = s1.fast.as_ref().expect("prepared");
+    let part: RoaringBitmap = (0..40).collect();
+    let mut got = Delivered::default();
+    assert!(fast.translate_part(2, &part, &mut got).unwrap());
+    got.addresses.sort_unstable();
+    // Fragment 2 holds ids 40..80. Ids ≡ 0, 1 (mod 3) went to 4 and 5, then
+    // on to 7 (4's rows first); ids ≡ 2 (mod 3) went to 6, which S2 claims.
+    let live = |id: &i64| id % 7 != 3;
+    let before_in =
+        |label: i64, id: i64| (0..id).filter(|i| i % 3 == label && live(i)).count() as u32;
+    let rows_of_4 = (0..120).filter(|i| i % 3 == 0 && live(i)).count() as u32;
+    let mut want: Vec<u64> = (40..80)
+        .filter(|id| live(id) && id % 3 != 2)
+        .map(|id| {
+            let offset = match id % 3 {
+                0 => before_in(0, id),
+                _ => rows_of_4 + before_in(1, id),
+            };
+            RowAddress::new(7, offset).0
+        })
+        .collect();
+    want.sort_unstable();
+    assert_eq!(got.addresses, want);
+    // Both segments of each of the three indices.
+    let (segments, runs) = check_equal(&t.ds).await;
+    assert_eq!(segments, 6);
+    // No destination of the partition is final, so nothing came as a run.
+    assert_eq!(runs, 0);
+    check_all(&t.ds).await;
+}
+
 #[tokio::test]
 async fn a_partition_over_the_resident_budget_is_left_to_the_async_walk() {
     let mut t = Table::new(3, 40).await;
