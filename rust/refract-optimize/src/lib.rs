@@ -8,4 +8,5 @@ pub mod compaction;
 pub mod fri;
 pub mod maintain;
 pub mod remap;
+pub mod rewrite_threads;
 pub mod trim;

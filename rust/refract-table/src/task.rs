@@ -15,6 +15,14 @@ impl<T: Send + 'static> AbortOnDrop<T> {
         AbortOnDrop(tokio::spawn(future))
     }
 
+    /// Spawns `future` on the runtime of `handle`.
+    pub fn spawn_on(
+        handle: &tokio::runtime::Handle,
+        future: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Self {
+        AbortOnDrop(handle.spawn(future))
+    }
+
     /// Waits for the task; a panic or cancellation is External, described by `what`.
     pub async fn join(mut self, what: &str) -> Result<T> {
         (&mut self.0)

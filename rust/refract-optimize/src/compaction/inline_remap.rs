@@ -19,7 +19,7 @@ use refract_table::CommitHook;
 use roaring::RoaringTreemap;
 
 use super::execute::RewriteResult;
-use crate::remap::bridge::on_rewrite_thread;
+use crate::rewrite_threads::on_rewrite_thread;
 
 /// What one rewrite group needs for the remap, captured from its task result.
 #[derive(Debug, Clone)]
@@ -128,8 +128,8 @@ impl CommitHook for InlineRemapHook {
                 new_fragment_ids: new_ids.clone(),
             })
             .collect();
-        // On the rewrite thread (see `remap::bridge`): the segment rewrites'
-        // allocations stay on one thread.
+        // On a rewrite thread: the segment rewrites' allocations stay on one
+        // thread (see `crate::rewrite_threads`).
         let (dataset, based_on) = (dataset.clone(), candidate.clone());
         let (registry, budget) = (self.registry.clone(), self.budget);
         let rewrite = on_rewrite_thread(async move {

@@ -2,13 +2,8 @@
 //!
 //! Index types call their translator synchronously (`refract_core::Translator`).
 //! A rewrite whose translator answers from memory (a compaction's remap, a
-//! prepared segment translator) runs on the *rewrite thread*: one dedicated
-//! thread driving a current-thread runtime, so the rewrite's reads, decoding,
-//! translation, assembly and encoding all happen — and allocate — on one
-//! thread. With glibc's malloc every thread that allocates grows its own
-//! arena to about the whole working set, so the same rewrite spread over a
-//! multi-threaded runtime's workers held two to three times its live heap in
-//! RSS (see docs/benchmarks.md, "One rewrite thread").
+//! prepared segment translator) runs on a rewrite thread
+//! ([`crate::rewrite_threads`]), all on one thread.
 //!
 //! A translator that reads row maps from storage is called synchronously but
 //! must await I/O, so that rewrite runs as a task on a small dedicated
@@ -20,14 +15,16 @@
 //! I/O objects opened on either side stay usable (both runtimes live as long
 //! as the process).
 
-use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use refract_core::{BatchTranslator, Error, Result, Translator};
 use refract_index::{remap_segment, IndexContext, IndexRegistry, RemapOptions, RemapOutcome};
+use refract_table::task::AbortOnDrop;
 use refract_table::IndexMetadata;
 use roaring::RoaringBitmap;
 use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
+
+use crate::rewrite_threads::on_rewrite_thread;
 
 /// Worker threads of the rewrite runtime (a blocked worker hands its core on,
 /// so two are enough on any machine).
@@ -47,42 +44,6 @@ fn runtime() -> Result<&'static Runtime> {
         })
         .as_ref()
         .map_err(|e| Error::invalid_input(format!("cannot start the remap runtime: {e}")))
-}
-
-static REWRITE_THREAD: OnceLock<std::result::Result<Handle, String>> = OnceLock::new();
-
-/// The handle of the rewrite thread's runtime, started on first use.
-fn rewrite_thread() -> Result<&'static Handle> {
-    REWRITE_THREAD
-        .get_or_init(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            let handle = runtime.handle().clone();
-            // The thread drives the runtime for the life of the process:
-            // tasks spawned through the handle run on it, one at a time.
-            std::thread::Builder::new()
-                .name("refract-rewrite".to_string())
-                .spawn(move || runtime.block_on(std::future::pending::<()>()))
-                .map_err(|e| e.to_string())?;
-            Ok(handle)
-        })
-        .as_ref()
-        .map_err(|e| Error::invalid_input(format!("cannot start the rewrite thread: {e}")))
-}
-
-/// Runs `work` on the rewrite thread and awaits its result. Everything
-/// `work` spawns runs on that thread too.
-pub(crate) async fn on_rewrite_thread<T, F>(work: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: Future<Output = Result<T>> + Send + 'static,
-{
-    rewrite_thread()?
-        .spawn(work)
-        .await
-        .map_err(|e| Error::external("index segment rewrite task", e))?
 }
 
 /// A synchronous view of an async translator, valid only on a worker of a
@@ -140,10 +101,12 @@ pub(crate) async fn rewrite_segment(job: RewriteJob) -> Result<RemapOutcome> {
     };
     match translator {
         JobTranslator::InMemory(translator) => on_rewrite_thread(rewrite(translator)).await,
-        JobTranslator::Blocking(inner) => runtime()?
-            .spawn(rewrite(Arc::new(BlockingTranslator { inner })))
-            .await
-            .map_err(|e| Error::external("index segment rewrite task", e))?,
+        JobTranslator::Blocking(inner) => {
+            let translator = Arc::new(BlockingTranslator { inner });
+            AbortOnDrop::spawn_on(runtime()?.handle(), rewrite(translator))
+                .join("index segment rewrite task")
+                .await?
+        }
     }
 }
 
@@ -182,26 +145,6 @@ mod tests {
             .unwrap();
         assert_eq!(out, vec![Some(2), Some(4), Some(6)]);
         assert_eq!(inner.0.load(Ordering::SeqCst), 1);
-    }
-
-    #[tokio::test]
-    async fn rewrite_thread_work_and_what_it_spawns_run_on_one_thread() {
-        let names = on_rewrite_thread(async {
-            let here = std::thread::current().name().map(str::to_string);
-            let spawned = tokio::spawn(async { std::thread::current().name().map(str::to_string) })
-                .await
-                .map_err(|e| Error::external("test task", e))?;
-            Ok((here, spawned))
-        })
-        .await
-        .unwrap();
-        let expected = Some("refract-rewrite".to_string());
-        assert_eq!(names, (expected.clone(), expected));
-        // The thread serves later work too, and errors come back as they are.
-        let err = on_rewrite_thread(async { Err::<(), _>(Error::invalid_input("nope")) })
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@
 //! translating; `trim_fri` keeps the history they need.
 
 mod assess;
-pub(crate) mod bridge;
+mod bridge;
 pub mod reach;
 pub mod report;
 

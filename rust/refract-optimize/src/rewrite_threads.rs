@@ -1,0 +1,259 @@
+//! The rewrite threads: where index segment rewrites with an in-memory
+//! translator run.
+//!
+//! Each rewrite thread drives its own current-thread tokio runtime, so a
+//! rewrite — its reads, decoding, translation, assembly and encoding, and
+//! every task it spawns — runs and allocates on one thread. With glibc's
+//! malloc every thread that allocates grows its own arena to about the whole
+//! working set, so the same rewrite spread over a multi-threaded runtime's
+//! workers held two to three times its live heap in RSS (docs/benchmarks.md,
+//! "One rewrite thread").
+//!
+//! There is one thread per available core (at most [`MAX_THREADS`]), started
+//! on first use and kept for the life of the process, so I/O objects opened
+//! on them stay usable. A rewrite goes to the least busy thread, the first
+//! one on ties: rewrites in sequence share one thread (and one arena), and
+//! concurrent ones — several tables maintained at once — still run in
+//! parallel.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use refract_core::{Error, Result};
+use refract_table::task::AbortOnDrop;
+use tokio::runtime::Handle;
+
+/// Most rewrite threads, whatever the machine.
+pub const MAX_THREADS: usize = 8;
+
+/// Name of every rewrite thread.
+pub const THREAD_NAME: &str = "refract-rewrite";
+
+/// One rewrite thread: its runtime and the rewrites running on it.
+struct RewriteThread {
+    handle: Handle,
+    running: Arc<AtomicUsize>,
+}
+
+/// A set of rewrite threads (the process has one, [`on_rewrite_thread`]).
+pub struct RewriteThreads {
+    threads: Vec<RewriteThread>,
+}
+
+impl RewriteThreads {
+    /// Starts `count` threads (at least one), each driving a current-thread
+    /// runtime for as long as the process lives.
+    pub fn start(count: usize) -> Result<Self> {
+        let threads = (0..count.max(1))
+            .map(|_| start_thread())
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| Error::invalid_input(format!("cannot start the rewrite threads: {e}")))?;
+        Ok(Self { threads })
+    }
+
+    /// How many threads there are.
+    pub fn len(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// True when there are no threads (never, once started).
+    pub fn is_empty(&self) -> bool {
+        self.threads.is_empty()
+    }
+
+    /// Rewrites running now, over all threads.
+    pub fn running(&self) -> usize {
+        self.threads
+            .iter()
+            .map(|t| t.running.load(Ordering::SeqCst))
+            .sum()
+    }
+
+    /// Runs `work` on the least busy thread (the first on ties) and awaits
+    /// its result. Everything `work` spawns runs on that thread too.
+    pub async fn run<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        let Some(thread) = self
+            .threads
+            .iter()
+            .min_by_key(|t| t.running.load(Ordering::SeqCst))
+        else {
+            return Err(Error::invalid_input("no rewrite thread is running"));
+        };
+        let running = Running::start(&thread.running);
+        // Dropping the caller's future (a cancelled compaction) stops the
+        // rewrite too, as when it ran on the caller's task.
+        let task = AbortOnDrop::spawn_on(&thread.handle, async move {
+            let _running = running;
+            work.await
+        });
+        task.join("index segment rewrite task").await?
+    }
+}
+
+/// Starts one thread driving a current-thread runtime for the life of the
+/// process: tasks spawned through its handle run on it.
+fn start_thread() -> std::io::Result<RewriteThread> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let handle = runtime.handle().clone();
+    std::thread::Builder::new()
+        .name(THREAD_NAME.to_string())
+        .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+    Ok(RewriteThread {
+        handle,
+        running: Arc::new(AtomicUsize::new(0)),
+    })
+}
+
+/// Counts a rewrite as running on a thread until dropped (finished,
+/// failed, panicked or cancelled alike).
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn start(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+static THREADS: OnceLock<std::result::Result<RewriteThreads, String>> = OnceLock::new();
+
+/// The process's rewrite threads: one per available core, at most
+/// [`MAX_THREADS`], started on first use.
+pub fn rewrite_threads() -> Result<&'static RewriteThreads> {
+    THREADS
+        .get_or_init(|| {
+            let count = std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .clamp(1, MAX_THREADS);
+            RewriteThreads::start(count).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Error::invalid_input(e.clone()))
+}
+
+/// Runs `work` on the least busy of the process's rewrite threads and
+/// awaits its result. Everything `work` spawns runs on that thread too.
+pub async fn on_rewrite_thread<T, F>(work: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T>> + Send + 'static,
+{
+    rewrite_threads()?.run(work).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn work_and_what_it_spawns_run_on_one_rewrite_thread() {
+        let names = on_rewrite_thread(async {
+            let here = std::thread::current().id();
+            let spawned = tokio::spawn(async { std::thread::current().id() })
+                .await
+                .map_err(|e| Error::external("test task", e))?;
+            let name = std::thread::current().name().map(str::to_string);
+            Ok((here == spawned, name))
+        })
+        .await
+        .unwrap();
+        assert_eq!(names, (true, Some(THREAD_NAME.to_string())));
+        // Errors come back as they are.
+        let err = on_rewrite_thread(async { Err::<(), _>(Error::invalid_input("nope")) })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+        let count = rewrite_threads().unwrap().len();
+        assert!((1..=MAX_THREADS).contains(&count), "{count} threads");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rewrites_in_sequence_share_a_thread_and_concurrent_ones_spread() {
+        let pool = Arc::new(RewriteThreads::start(2).unwrap());
+        assert_eq!(pool.len(), 2);
+        let thread_of = |pool: Arc<RewriteThreads>| async move {
+            pool.run(async { Ok(std::thread::current().id()) }).await
+        };
+        let first = thread_of(pool.clone()).await.unwrap();
+        let second = thread_of(pool.clone()).await.unwrap();
+        assert_eq!(first, second, "an idle pool reuses the first thread");
+        // A rewrite that waits keeps its thread busy: the next one goes to
+        // the other thread.
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let waiting = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.run(async move {
+                    let id = std::thread::current().id();
+                    released
+                        .await
+                        .map_err(|e| Error::external("test channel", e))?;
+                    Ok(id)
+                })
+                .await
+            }
+        });
+        while pool.running() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let meanwhile = thread_of(pool.clone()).await.unwrap();
+        release.send(()).unwrap();
+        let waited = waiting.await.unwrap().unwrap();
+        assert_eq!(waited, first, "the waiting rewrite took the first thread");
+        assert_ne!(meanwhile, waited, "the concurrent one ran on the other");
+        assert_eq!(pool.running(), 0, "finished rewrites are not counted");
+        // A failing rewrite is not counted either once it ends.
+        let failed = pool
+            .run(async { Err::<(), _>(Error::invalid_input("nope")) })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(pool.running(), 0);
+        // A cancelled caller stops its rewrite.
+        struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for SetOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let (_hold, never) = tokio::sync::oneshot::channel::<()>();
+        let (started, has_started) = tokio::sync::oneshot::channel::<()>();
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cancelled = tokio::spawn({
+            let (pool, dropped) = (pool.clone(), dropped.clone());
+            async move {
+                pool.run(async move {
+                    let _set_on_drop = SetOnDrop(dropped);
+                    let _ = started.send(());
+                    let _ = never.await;
+                    Ok(())
+                })
+                .await
+            }
+        });
+        has_started.await.unwrap();
+        cancelled.abort();
+        let settled = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            while !dropped.load(Ordering::SeqCst) || pool.running() != 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(
+            settled.is_ok(),
+            "the cancelled rewrite was dropped and uncounted"
+        );
+    }
+}
