@@ -37,7 +37,7 @@ pub(crate) enum RankedOffsets {
     Roaring(RoaringBitmap),
 }
 
-/// Which layout [`RankedOffsets::build`] picked; exposed for tests and reports.
+/// Which layout `RankedOffsets::build` picked; exposed for tests and reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RankedLayout {
     /// Sorted offsets.

@@ -252,7 +252,7 @@ impl CompactRemap {
     /// Streams the translation of the offsets `part` of fragment `fragment` to
     /// `sink`, with [`crate::Translator`] semantics (an address the remap does not
     /// know maps to itself, a deleted row is skipped), walking ranks and ranges
-    /// incrementally like [`Self::get_batch`], with no result buffer.
+    /// incrementally like [`RowAddrRemap::get_batch`], with no result buffer.
     pub fn translate_part(&self, fragment: u32, part: &RoaringBitmap, sink: &mut dyn AddressSink) {
         if let Some(entry) = self.find_entry(u64::from(fragment), &mut 0) {
             // Index entries are built from the layout, so group and slot exist.

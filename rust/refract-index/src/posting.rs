@@ -123,7 +123,7 @@ type Bitset = Box<[u8; CONTAINER_BYTES]>;
 /// within the container is then fine), and hands it to roaring in one piece
 /// when a later container starts — no per-element search or insert. Offsets
 /// of an earlier container are inserted directly. Memory: per part one list of
-/// at most [`DENSE_AFTER`] offsets and at most one 8 KiB bitset.
+/// at most `DENSE_AFTER` (1,024) offsets and at most one 8 KiB bitset.
 #[derive(Debug, Default)]
 pub struct TreemapAssembler {
     /// Parts by high key, ascending.

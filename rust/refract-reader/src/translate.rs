@@ -25,7 +25,7 @@ use crate::history::FriHistory;
 use crate::mapping::MappingBinder;
 
 mod prepared;
-pub use prepared::PreparedTranslator;
+pub use prepared::{PreparedTranslator, RESIDENT_LABEL_BUDGET_BYTES};
 
 /// What a segment's translator checks besides the lineage.
 #[derive(Debug, Clone)]

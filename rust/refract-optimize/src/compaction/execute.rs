@@ -7,7 +7,7 @@
 //! keeps per-row maps: the capture is a `RoaringTreemap`.
 //!
 //! Reading (with the capture) and writing run as two tasks joined by a channel
-//! holding about [`READ_AHEAD_ROWS`] rows, so decoding the sources and encoding
+//! holding about `READ_AHEAD_ROWS` rows, so decoding the sources and encoding
 //! the outputs overlap (the writer stalls for whole pages at a time) while
 //! memory stays bounded by that channel.
 

@@ -1,6 +1,6 @@
 //! `remap_indices`: catch index segments up with the FRI history.
 //!
-//! For every user segment that translates, [`assess`] decides eligibility from
+//! For every user segment that translates, `assess` decides eligibility from
 //! metadata alone (bitmaps and lineage; see `assess.rs`). An eligible segment
 //! is rewritten by its index type's streaming remap through the reader's
 //! hop-by-hop translator (batches of at most 65,536 addresses; legacy plugins

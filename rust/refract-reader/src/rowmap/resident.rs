@@ -60,7 +60,7 @@ impl ResidentPartition {
     /// [`Self::translate`] of every address of `run` (any order), passing
     /// each result to `sink`: one source search per fragment and one unit
     /// lookup per gather, then an entry and a base read per address.
-    /// Addresses go in gathers of up to [`GATHER_ROWS`] rows of one unit whose
+    /// Addresses go in gathers of up to `GATHER_ROWS` (64) rows of one unit whose
     /// label entries are loaded in one tight loop before any is resolved, so
     /// the loads (the cost of a large map: each one misses the caches)
     /// overlap instead of waiting on each other.

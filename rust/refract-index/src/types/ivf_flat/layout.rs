@@ -2,7 +2,7 @@
 //! vector: FixedSizeList<Float32, dim>)` sorted by partition, and one global
 //! buffer holding the centroids and the per-partition row counts (so partition
 //! `p` is the row range `offsets[p]..offsets[p + 1]`); and `addresses.lance`
-//! (see [`crate::types::addresses`]) whose row `i` is the row address of
+//! (see `crate::types::addresses`) whose row `i` is the row address of
 //! vector `i`, null when that row is gone (a tombstone).
 //!
 //! Buffer layout, little endian: magic `RIVF`, version u32, dim u32,

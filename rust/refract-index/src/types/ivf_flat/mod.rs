@@ -1,4 +1,4 @@
-//! `ivf_flat`: k-means partitions of FixedSizeList<Float32> vectors, searched
+//! `ivf_flat`: k-means partitions of `FixedSizeList<Float32>` vectors, searched
 //! exactly inside the `nprobes` partitions nearest to the query.
 //!
 //! Layout: [`layout::VECTORS_FILE`] holds `(partition, vector)` rows sorted by

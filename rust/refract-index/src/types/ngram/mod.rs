@@ -8,7 +8,7 @@
 //!
 //! Remap streams the file posting by posting. A row sits in one posting per
 //! trigram of its value, so stored addresses go through a
-//! [`TranslationMemo`](crate::posting::TranslationMemo): each is translated
+//! [`crate::posting::TranslationMemo`]: each is translated
 //! once, in ascending batches of at most
 //! [`MAX_TRANSLATION_BATCH`](super::MAX_TRANSLATION_BATCH) addresses,
 //! and later postings look the result up in a dense per-fragment table
