@@ -9,13 +9,13 @@
 //! hands them over grouped by label (a counting sort, stable, so each run
 //! keeps its order).
 
-use refract_core::Result;
+use refract_core::{Error, Result};
 
 /// Most translated rows a [`RouteBuffer`] holds before it hands them over.
 pub const ROUTE_BATCH_ROWS: usize = 16_384;
 
 /// Translated rows waiting to be handed over, grouped by label. Memory is
-/// bounded by [`ROUTE_BATCH_ROWS`] rows (12 bytes each) plus two words per
+/// bounded by [`ROUTE_BATCH_ROWS`] rows (12 bytes each) plus 12 bytes per
 /// label.
 #[derive(Debug, Default)]
 pub struct RouteBuffer {
@@ -73,7 +73,7 @@ impl RouteBuffer {
                 // Truncation keeps the destination offset.
                 self.grouped
                     .extend(self.pending[at..at + run].iter().map(|p| *p as u32));
-                emit(self.fragment(label), &self.grouped)?;
+                emit(self.fragment(label)?, &self.grouped)?;
                 self.grouped.clear();
                 at += run;
             }
@@ -81,12 +81,15 @@ impl RouteBuffer {
             return Ok(());
         }
         // Callers push labels below `labels` (each one had a destination
-        // base); a stray one would land in the spare last slot, never emitted.
+        // base); a stray one is counted in the spare last slot and refused.
         let slot = |packed: &u64| ((packed >> 32) as usize).min(labels);
         self.starts.clear();
         self.starts.resize(labels + 1, 0);
         for packed in &self.pending {
             self.starts[slot(packed)] += 1;
+        }
+        if self.starts[labels] > 0 {
+            return Err(stray_label(labels));
         }
         let mut start = 0;
         for count in self.starts.iter_mut() {
@@ -114,9 +117,21 @@ impl RouteBuffer {
         Ok(())
     }
 
-    fn fragment(&self, label: u32) -> u32 {
-        self.fragments.get(label as usize).copied().unwrap_or(0)
+    /// The destination fragment of `label`.
+    fn fragment(&self, label: u32) -> Result<u32> {
+        self.fragments
+            .get(label as usize)
+            .copied()
+            .ok_or_else(|| stray_label(self.fragments.len()))
     }
+}
+
+/// A row was pushed under a label the map does not have.
+fn stray_label(labels: usize) -> Error {
+    Error::corrupt(
+        "row map",
+        format!("a routed row has a label outside the map's {labels}"),
+    )
 }
 
 #[cfg(test)]
@@ -149,6 +164,20 @@ mod tests {
         assert_eq!(route(&[10, 11, 12, 13, 14, 15, 16, 17], &rows), want);
         assert_eq!(route(&[10, 11, 12], &rows), want);
         assert!(route(&[10, 11, 12], &[]).is_empty());
+    }
+
+    #[test]
+    fn a_label_outside_the_map_is_corrupt_in_both_modes() {
+        for fragments in [vec![10u32, 11], vec![10u32, 11, 12, 13, 14, 15]] {
+            let mut buffer = RouteBuffer::default();
+            buffer.reset(fragments.iter().copied());
+            for low in 0..3 {
+                buffer.push(0, low);
+            }
+            buffer.push(7, 0);
+            let err = buffer.flush(|_, _| Ok(())).unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        }
     }
 
     #[test]
