@@ -836,8 +836,9 @@ impl TranslationMemo {
     /// Translates `posting`: a part whose offsets all move by one constant
     /// ([`Translator::shift_of_range`]) is shifted in bulk and needs no memo;
     /// a translator not [worth memoizing](Translator::worth_memoizing) streams
-    /// the other parts ([`Translator::translate_part`]) and no table is held;
-    /// otherwise addresses seen before are looked up and new ones are
+    /// the other parts ([`Translator::translate_part`]) and no table is held
+    /// (unless it has no streaming path for some part: then the memo serves
+    /// the whole posting); otherwise addresses seen before are looked up and new ones are
     /// translated in ascending batches of at most [`MAX_TRANSLATION_BATCH`].
     /// One pass over the posting: known results go to the output at once,
     /// new addresses after their batch is translated. A posting of at least
@@ -849,8 +850,8 @@ impl TranslationMemo {
         posting: &RoaringTreemap,
         translator: &dyn Translator,
     ) -> Result<RoaringTreemap> {
-        if !translator.worth_memoizing() && posting.len() >= PARALLEL_MIN_ADDRESSES {
-            if let Some(remapped) = self.stream_in_halves(posting, translator)? {
+        if !translator.worth_memoizing() {
+            if let Some(remapped) = self.stream(posting, translator)? {
                 return Ok(remapped);
             }
         }
@@ -864,12 +865,6 @@ impl TranslationMemo {
                 // The whole part moves by one constant: no lookups, no table.
                 self.assembler.push_shifted(part, base)?;
                 continue;
-            }
-            if !translator.worth_memoizing() {
-                let assembler = &mut self.assembler;
-                if translator.translate_part(high, part, assembler)? {
-                    continue;
-                }
             }
             table = self.table_at(table, high, max);
             let mut lows = part.iter();
@@ -900,19 +895,27 @@ impl TranslationMemo {
         Ok(self.assembler.finish())
     }
 
-    /// Streams the two halves of `posting` on two threads; `None` (nothing
-    /// kept) when the posting has a single part or the translator has no
-    /// streaming path for some part: the caller then takes the one-thread
-    /// path.
-    fn stream_in_halves(
+    /// Streams `posting` through `translator` with no memo: on two threads
+    /// (halves of about equal addresses, united after) when it holds at
+    /// least [`PARALLEL_MIN_ADDRESSES`] in several parts, else on this one.
+    /// `None`, with nothing kept, when the translator has no streaming path
+    /// for some part: the caller then takes the memo path.
+    fn stream(
         &mut self,
         posting: &RoaringTreemap,
         translator: &dyn Translator,
     ) -> Result<Option<RoaringTreemap>> {
-        let parts: Vec<(u32, &RoaringBitmap)> = posting.bitmaps().collect();
+        // Only a large posting is split (its parts listed); a small one, or
+        // one of a single part, streams on this thread.
+        let parts: Vec<(u32, &RoaringBitmap)> = if posting.len() < PARALLEL_MIN_ADDRESSES {
+            Vec::new()
+        } else {
+            posting.bitmaps().collect()
+        };
         if parts.len() < 2 {
-            // One fragment's part: nothing to share, stream it here.
-            return Ok(None);
+            let streamed = stream_parts(posting.bitmaps(), translator, &mut self.assembler);
+            let remapped = self.assembler.finish();
+            return Ok(streamed?.then_some(remapped));
         }
         let half = posting.len() / 2;
         let mut seen = 0;
@@ -928,8 +931,11 @@ impl TranslationMemo {
         let (head, tail) = parts.split_at(split);
         let (first, second) = (&mut self.assembler, &mut self.second);
         let (head_streamed, tail_streamed) = std::thread::scope(|threads| {
-            let tail = threads.spawn(|| stream_parts(tail, translator, second));
-            (stream_parts(head, translator, first), tail.join())
+            let tail = threads.spawn(|| stream_parts(tail.iter().copied(), translator, second));
+            (
+                stream_parts(head.iter().copied(), translator, first),
+                tail.join(),
+            )
         });
         let tail_streamed = tail_streamed
             .map_err(|_| Error::invalid_input("a posting translation thread panicked"))?;
@@ -1017,12 +1023,12 @@ impl TranslationMemo {
 /// constant, else through [`Translator::translate_part`]. False when the
 /// translator has no streaming path for a part (the assembler then holds a
 /// partial result for the caller to discard).
-fn stream_parts(
-    parts: &[(u32, &RoaringBitmap)],
+fn stream_parts<'a>(
+    parts: impl IntoIterator<Item = (u32, &'a RoaringBitmap)>,
     translator: &dyn Translator,
     assembler: &mut TreemapAssembler,
 ) -> Result<bool> {
-    for &(high, part) in parts {
+    for (high, part) in parts {
         let (Some(min), Some(max)) = (part.min(), part.max()) else {
             continue;
         };

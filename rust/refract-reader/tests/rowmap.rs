@@ -14,8 +14,8 @@ use bytes::Bytes;
 use refract_core::cache::ByteWeightedCache;
 use refract_core::{Error, RowAddress, MAX_TRANSLATION_BATCH};
 use refract_reader::rowmap::{
-    row_map_path, ChunkCacheMode, CountsMatrix, RouteBuffer, RowMapReader, RowMapSource,
-    RowMapWriter, BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN, ROUTE_BATCH_ROWS,
+    row_map_path, ChunkCacheMode, CountsMatrix, ResidentPartition, RouteBuffer, RowMapReader,
+    RowMapSource, RowMapWriter, BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN, ROUTE_BATCH_ROWS,
 };
 use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::DatasetStore;
@@ -315,6 +315,15 @@ async fn every_mode_translates_like_the_reference(
     }
 }
 
+/// The resident form of the fixture's map, opened in `mode`.
+async fn resident_of(f: &Fixture, mode: ChunkCacheMode) -> ResidentPartition {
+    let cache = ByteWeightedCache::new(256 << 20);
+    Arc::new(open(f, &cache, mode).await)
+        .resident()
+        .await
+        .unwrap()
+}
+
 /// The resident form resolves runs like the reference: a sweep of every row
 /// (gathers that cross 65,536-row units, sources and the 2,097,152-row
 /// chunk), a strided run, and short descending and chunk-straddling runs.
@@ -324,11 +333,7 @@ async fn resident_runs_translate_like_the_reference(
     #[values(ChunkCacheMode::Disabled, ChunkCacheMode::Lazy)] mode: ChunkCacheMode,
 ) {
     let f = fixture().await;
-    let cache = ByteWeightedCache::new(256 << 20);
-    let resident = Arc::new(open(&f, &cache, mode).await)
-        .resident()
-        .await
-        .unwrap();
+    let resident = resident_of(&f, mode).await;
     let runs: Vec<Vec<usize>> = vec![
         (0..TOTAL as usize).collect(),
         (0..TOTAL as usize).step_by(37).collect(),
@@ -359,11 +364,7 @@ async fn resident_parts_route_like_the_reference(
     #[values(ChunkCacheMode::Disabled, ChunkCacheMode::Lazy)] mode: ChunkCacheMode,
 ) {
     let f = fixture().await;
-    let cache = ByteWeightedCache::new(256 << 20);
-    let resident = Arc::new(open(&f, &cache, mode).await)
-        .resident()
-        .await
-        .unwrap();
+    let resident = resident_of(&f, mode).await;
     let mut buffer = RouteBuffer::default();
     let mut first_row = 0u64;
     for (source, rows) in SOURCES {

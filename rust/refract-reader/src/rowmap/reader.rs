@@ -332,11 +332,20 @@ impl RowMapReader {
         cursor.global_row(&self.source_starts, address)
     }
 
-    /// The destination fragment of each label, by label.
-    pub(super) fn destination_fragments(&self) -> impl Iterator<Item = u32> + '_ {
-        // Opening checked that every destination id fits 32 bits
-        // (`destination_bases`): the truncation keeps it.
-        self.destinations.iter().map(|d| *d as u32)
+    /// How many labels (destinations) the map has.
+    pub(super) fn labels(&self) -> usize {
+        self.destinations.len()
+    }
+
+    /// The destination fragment of `label`; `Corrupt` for a label the map
+    /// does not have.
+    pub(super) fn destination_fragment(&self, label: u32) -> Result<u32> {
+        self.destinations
+            .get(label as usize)
+            // Opening checked that every destination id fits 32 bits
+            // (`destination_bases`): the truncation keeps it.
+            .map(|d| *d as u32)
+            .ok_or_else(|| Error::corrupt("row map", format!("label {label} has no destination")))
     }
 
     /// Per label, the address of the label's first row in `block` (see

@@ -131,7 +131,8 @@ impl ResidentPartition {
             .map
             .global_row(row_address(fragment, min), &mut sources)?
             - u64::from(min);
-        buffer.reset(self.map.destination_fragments());
+        buffer.reset(self.map.labels());
+        let mut emit = |label: u32, lows: &[u32]| emit(self.map.destination_fragment(label)?, lows);
         let block_shift = BLOCK_ROWS.trailing_zeros();
         // The current block ends before row `block_end`; offsets ascend, so
         // a row at or past it starts the next block (and maybe unit).

@@ -7,7 +7,7 @@
 //! builder appends in bulk instead of switching destination at every row.
 //! [`RouteBuffer`] holds at most [`ROUTE_BATCH_ROWS`] translated rows, then
 //! hands them over grouped by label (a counting sort, stable, so each run
-//! keeps its order).
+//! keeps its order); the caller knows which destination a label stands for.
 
 use refract_core::{Error, Result};
 
@@ -15,7 +15,7 @@ use refract_core::{Error, Result};
 pub const ROUTE_BATCH_ROWS: usize = 16_384;
 
 /// Translated rows waiting to be handed over, grouped by label. Memory is
-/// bounded by [`ROUTE_BATCH_ROWS`] rows (12 bytes each) plus 12 bytes per
+/// bounded by [`ROUTE_BATCH_ROWS`] rows (12 bytes each) plus 8 bytes per
 /// label.
 #[derive(Debug, Default)]
 pub struct RouteBuffer {
@@ -27,17 +27,15 @@ pub struct RouteBuffer {
     starts: Vec<u32>,
     /// Per label: where its next row goes in `grouped`, then its group's end.
     ends: Vec<u32>,
-    /// Per label: the destination fragment.
-    fragments: Vec<u32>,
+    /// Labels of the map being routed.
+    labels: usize,
 }
 
 impl RouteBuffer {
-    /// Empties the buffer for a map whose label `l` goes to destination
-    /// fragment `fragments[l]`.
-    pub(crate) fn reset(&mut self, fragments: impl Iterator<Item = u32>) {
+    /// Empties the buffer for a map of `labels` labels.
+    pub(crate) fn reset(&mut self, labels: usize) {
         self.pending.clear();
-        self.fragments.clear();
-        self.fragments.extend(fragments);
+        self.labels = labels;
     }
 
     /// Buffers the row that goes to offset `low` of the destination of
@@ -49,14 +47,15 @@ impl RouteBuffer {
         self.pending.len() >= ROUTE_BATCH_ROWS
     }
 
-    /// Hands every buffered row to `emit(fragment, offsets)`, one call per
+    /// Hands every buffered row to `emit(label, offsets)`, one call per
     /// label in label order, each with its offsets in the order they were
-    /// pushed; the buffer is empty after.
+    /// pushed; the buffer is empty after. A label outside the map is
+    /// `Corrupt`.
     pub(crate) fn flush(&mut self, mut emit: impl FnMut(u32, &[u32]) -> Result<()>) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let labels = self.fragments.len();
+        let labels = self.labels;
         if self.pending.len() < labels {
             // Fewer rows than labels: sorting beats counting over every label.
             // The offsets ascend within a label, so the order within a group
@@ -66,6 +65,9 @@ impl RouteBuffer {
             let mut at = 0;
             while let Some(&first) = self.pending.get(at) {
                 let label = (first >> 32) as u32;
+                if label as usize >= labels {
+                    return Err(stray_label(labels));
+                }
                 let run = self.pending[at..]
                     .iter()
                     .take_while(|p| (**p >> 32) as u32 == label)
@@ -73,7 +75,7 @@ impl RouteBuffer {
                 // Truncation keeps the destination offset.
                 self.grouped
                     .extend(self.pending[at..at + run].iter().map(|p| *p as u32));
-                emit(self.fragment(label)?, &self.grouped)?;
+                emit(label, &self.grouped)?;
                 self.grouped.clear();
                 at += run;
             }
@@ -107,22 +109,14 @@ impl RouteBuffer {
             self.grouped[*end as usize] = *packed as u32;
             *end += 1;
         }
-        for label in 0..labels {
-            let (from, to) = (self.starts[label] as usize, self.ends[label] as usize);
+        for (label, (from, to)) in self.starts.iter().zip(&self.ends).enumerate().take(labels) {
             if from < to {
-                emit(self.fragments[label], &self.grouped[from..to])?;
+                // `label` < `labels`, which fit the u32 labels pushed.
+                emit(label as u32, &self.grouped[*from as usize..*to as usize])?;
             }
         }
         self.pending.clear();
         Ok(())
-    }
-
-    /// The destination fragment of `label`.
-    fn fragment(&self, label: u32) -> Result<u32> {
-        self.fragments
-            .get(label as usize)
-            .copied()
-            .ok_or_else(|| stray_label(self.fragments.len()))
     }
 }
 
@@ -138,11 +132,11 @@ fn stray_label(labels: usize) -> Error {
 mod tests {
     use super::*;
 
-    /// Pushes `rows` ((label, offset) pairs) and collects what one flush
-    /// hands over.
-    fn route(fragments: &[u32], rows: &[(u32, u32)]) -> Vec<(u32, Vec<u32>)> {
+    /// Pushes `rows` ((label, offset) pairs) into a buffer for `labels`
+    /// labels and collects what one flush hands over.
+    fn route(labels: usize, rows: &[(u32, u32)]) -> Vec<(u32, Vec<u32>)> {
         let mut buffer = RouteBuffer::default();
-        buffer.reset(fragments.iter().copied());
+        buffer.reset(labels);
         for (label, low) in rows {
             assert!(!buffer.push(*label, *low));
         }
@@ -159,18 +153,18 @@ mod tests {
     #[test]
     fn groups_come_by_label_in_push_order() {
         let rows = [(2, 5), (0, 1), (2, 6), (0, 3), (2, 9), (1, 4)];
-        let want = vec![(10, vec![1, 3]), (11, vec![4]), (12, vec![5, 6, 9])];
+        let want = vec![(0, vec![1, 3]), (1, vec![4]), (2, vec![5, 6, 9])];
         // Fewer rows than labels sorts; more counts; both group alike.
-        assert_eq!(route(&[10, 11, 12, 13, 14, 15, 16, 17], &rows), want);
-        assert_eq!(route(&[10, 11, 12], &rows), want);
-        assert!(route(&[10, 11, 12], &[]).is_empty());
+        assert_eq!(route(8, &rows), want);
+        assert_eq!(route(3, &rows), want);
+        assert!(route(3, &[]).is_empty());
     }
 
     #[test]
     fn a_label_outside_the_map_is_corrupt_in_both_modes() {
-        for fragments in [vec![10u32, 11], vec![10u32, 11, 12, 13, 14, 15]] {
+        for labels in [2, 6] {
             let mut buffer = RouteBuffer::default();
-            buffer.reset(fragments.iter().copied());
+            buffer.reset(labels);
             for low in 0..3 {
                 buffer.push(0, low);
             }
@@ -183,7 +177,7 @@ mod tests {
     #[test]
     fn the_buffer_fills_at_the_batch_size_and_empties_on_flush() {
         let mut buffer = RouteBuffer::default();
-        buffer.reset([7u32, 8].into_iter());
+        buffer.reset(2);
         for low in 0..ROUTE_BATCH_ROWS as u32 - 1 {
             assert!(!buffer.push(low % 2, low));
         }
@@ -199,8 +193,8 @@ mod tests {
         assert_eq!(
             handed,
             vec![
-                (7, half, Some(ROUTE_BATCH_ROWS as u32 - 2)),
-                (8, half, Some(u32::MAX))
+                (0, half, Some(ROUTE_BATCH_ROWS as u32 - 2)),
+                (1, half, Some(u32::MAX))
             ]
         );
         let mut calls = 0;

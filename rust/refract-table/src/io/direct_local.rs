@@ -13,9 +13,10 @@
 //! completion, so the object appears whole or not at all.
 //!
 //! Direct I/O needs block-aligned offsets, lengths and memory. Each part is
-//! copied through a reused, aligned buffer from a small shared pool; a part that starts at an
-//! unaligned offset, and the unaligned tail of a part, are written through a
-//! second, ordinary descriptor of the same file (the two never share a page).
+//! copied through a reused, aligned buffer from a small shared pool; a part
+//! that starts at an unaligned offset, and the unaligned tail of a part, are
+//! written through a second, ordinary descriptor of the same file (the two
+//! never share a page).
 //! Where the file system refuses `O_DIRECT` (at open or on a write, `EINVAL`),
 //! the upload silently continues with ordinary writes. Set
 //! [`DIRECT_WRITES_ENV`]`=0` to turn direct writes off for the process.

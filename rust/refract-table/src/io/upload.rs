@@ -4,10 +4,10 @@
 //! ten in flight, so a rewrite of a large index file holds 10 MiB or more of
 //! upload buffers. [`StreamingUpload`] holds at most one part being filled
 //! plus [`PARTS_IN_FLIGHT`] parts being written, however large a single
-//! write is (each write is accepted up to the end of the part being filled). A file smaller than one
-//! part is written with a single PUT (one request, like Lance's writer);
-//! larger ones go through a multipart upload, which the store makes visible
-//! only when complete. Dropping the sink before `shutdown` abandons the
+//! write is (each write is accepted up to the end of the part being filled).
+//! A file smaller than one part is written with a single PUT (one request,
+//! like Lance's writer); larger ones go through a multipart upload, which the
+//! store makes visible only when complete. Dropping the sink before `shutdown` abandons the
 //! upload and leaves no object behind.
 //!
 //! Part sizes below 5 MiB suit the stores a dataset opens (local and memory);

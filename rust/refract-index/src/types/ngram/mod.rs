@@ -222,7 +222,7 @@ impl IndexType for NgramIndex {
         let mut seen = 0u64;
         // A row sits in one posting per trigram of its value: translate it once.
         let mut memo = TranslationMemo::new();
-        // One window is read while the one before is rewritten.
+        // Windows are read (up to two ahead) while earlier ones are rewritten.
         let mut batches = read_ahead(
             &reader,
             WindowSize::bytes(REMAP_WINDOW_BYTES, REMAP_WINDOW_MAX_ROWS),
