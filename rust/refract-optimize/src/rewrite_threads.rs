@@ -17,7 +17,7 @@
 //! parallel.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use refract_core::{Error, Result};
@@ -39,6 +39,8 @@ struct RewriteThread {
 /// A set of rewrite threads (the process has one, [`on_rewrite_thread`]).
 pub struct RewriteThreads {
     threads: Vec<RewriteThread>,
+    /// Rewrites started so far.
+    started: AtomicU64,
 }
 
 impl RewriteThreads {
@@ -49,7 +51,10 @@ impl RewriteThreads {
             .map(|_| start_thread())
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(|e| Error::invalid_input(format!("cannot start the rewrite threads: {e}")))?;
-        Ok(Self { threads })
+        Ok(Self {
+            threads,
+            started: AtomicU64::new(0),
+        })
     }
 
     /// How many threads there are.
@@ -70,6 +75,11 @@ impl RewriteThreads {
             .sum()
     }
 
+    /// Rewrites started on these threads so far (diagnostics and tests).
+    pub fn started(&self) -> u64 {
+        self.started.load(Ordering::SeqCst)
+    }
+
     /// Runs `work` on the least busy thread (the first on ties) and awaits
     /// its result. Everything `work` spawns runs on that thread too.
     pub async fn run<T, F>(&self, work: F) -> Result<T>
@@ -84,6 +94,7 @@ impl RewriteThreads {
         else {
             return Err(Error::invalid_input("no rewrite thread is running"));
         };
+        self.started.fetch_add(1, Ordering::SeqCst);
         let running = Running::start(&thread.running);
         // Dropping the caller's future (a cancelled compaction) stops the
         // rewrite too, as when it ran on the caller's task.
@@ -215,6 +226,7 @@ mod tests {
         assert_eq!(waited, first, "the waiting rewrite took the first thread");
         assert_ne!(meanwhile, waited, "the concurrent one ran on the other");
         assert_eq!(pool.running(), 0, "finished rewrites are not counted");
+        assert_eq!(pool.started(), 4);
         // A failing rewrite is not counted either once it ends.
         let failed = pool
             .run(async { Err::<(), _>(Error::invalid_input("nope")) })

@@ -53,8 +53,14 @@ async fn btree_and_bitmap_follow_an_inline_compaction() {
         target_rows_per_fragment: 1_000,
         ..CompactionOptions::default()
     };
+    let threads = refract_optimize::rewrite_threads::rewrite_threads().unwrap();
+    let started = threads.started();
     let metrics = compact_files(&mut dataset, &options, None).await.unwrap();
     assert!(metrics.committed_version.is_some());
+    assert!(
+        threads.started() > started,
+        "the inline remap ran on a rewrite thread"
+    );
     assert_eq!(dataset.fragments().len(), 1);
     let new_id = dataset.fragments()[0].id as u32;
     for index in dataset.manifest().indices.iter().filter(|i| !i.is_system()) {

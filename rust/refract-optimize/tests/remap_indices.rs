@@ -55,12 +55,19 @@ async fn mixed_chain_remaps_every_type_onto_live_addresses() {
     let mut dataset = mixed_chain("mixed").await;
     assert_queries_match(&dataset, builtins()).await;
     let read_version = dataset.version();
+    let threads = refract_optimize::rewrite_threads::rewrite_threads().unwrap();
+    let started = threads.started();
     let report = remap_indices(&mut dataset, RemapOptions::default())
         .await
         .unwrap();
     assert_eq!(report.read_version, read_version);
     assert_eq!(report.committed_version, Some(read_version + 1));
     assert_eq!(report.remapped(), 4, "{report:#?}");
+    // Prepared (in-memory) translators: every segment on a rewrite thread.
+    assert!(
+        threads.started() >= started + 4,
+        "rewrites on the rewrite threads"
+    );
     let live = live_addresses(&dataset, None).await;
     assert_eq!(live.len(), 570);
     for (name, _, index_type) in INDICES {
