@@ -226,7 +226,7 @@ async fn bench_compaction(dataset: &mut Dataset, args: &Args) -> BenchResult<()>
     let results = execute_plan(dataset, &plan, None).await?;
     let executed = started.elapsed().as_secs_f64();
     let tasks_copied = results.iter().filter(|r| r.pages_copied).count();
-    let (committed, metrics) = commit_compaction(dataset, results, &options).await?;
+    let (committed, metrics) = commit_compaction(dataset, results).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = process_cpu_seconds() - cpu_before;
     *dataset = committed;

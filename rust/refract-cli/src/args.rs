@@ -2,6 +2,11 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use refract_optimize::maintain::DEFAULT_MAX_ROUNDS;
+use refract_reader::rowmap::counts::MAX_DESTINATIONS;
+
+use crate::ranges::{fraction, integer, MAX_FRAGMENT_ID};
+
 /// Refract: table maintenance for columnar data.
 #[derive(Debug, Parser)]
 #[command(name = "refract", version, about)]
@@ -36,16 +41,21 @@ pub enum Command {
         /// Dataset URI (local path, file://, memory://).
         uri: String,
         /// Number of rows to append.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true, value_parser = integer(1u64, None))]
         rows: u64,
         /// Rows per fragment (default: everything in one fragment, up to 1,048,576).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true, value_parser = integer(1u64, None))]
         fragment_rows: Option<u64>,
         /// First id.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         start: i64,
         /// Dimension of the `vec` column.
-        #[arg(long, default_value_t = crate::synthetic::DEFAULT_DIM)]
+        #[arg(
+            long,
+            default_value_t = crate::synthetic::DEFAULT_DIM,
+            allow_negative_numbers = true,
+            value_parser = integer(1i32, Some(crate::synthetic::MAX_DIM))
+        )]
         dim: i32,
     },
     /// Delete the rows matching a filter.
@@ -67,7 +77,7 @@ pub enum Command {
         #[arg(long)]
         filter: Option<String>,
         /// Maximum number of rows.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true, value_parser = integer(0u64, None))]
         limit: Option<u64>,
         /// Add the `_rowaddr` column.
         #[arg(long)]
@@ -99,6 +109,14 @@ pub enum Command {
         /// Repeat until a round commits nothing; one line per round.
         #[arg(long)]
         until_noop: bool,
+        /// Most rounds with --until-noop.
+        #[arg(
+            long,
+            default_value_t = DEFAULT_MAX_ROUNDS,
+            allow_negative_numbers = true,
+            value_parser = integer(1usize, None)
+        )]
+        max_rounds: usize,
         /// Print the metrics as JSON.
         #[arg(long)]
         json: bool,
@@ -118,7 +136,7 @@ pub enum Command {
         /// The plan file written by `compact-plan`.
         plan: std::path::PathBuf,
         /// Index of the task to run.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true, value_parser = integer(0usize, None))]
         task: usize,
     },
     /// Build an index over every fragment.
@@ -134,8 +152,8 @@ pub enum Command {
         /// Index type.
         #[arg(long = "type", value_enum)]
         index_type: IndexKind,
-        /// ivf_flat: number of partitions.
-        #[arg(long)]
+        /// ivf_flat: number of partitions (at most the table's live rows).
+        #[arg(long, allow_negative_numbers = true, value_parser = integer(1u32, None))]
         partitions: Option<u32>,
     },
     /// Add a segment for fragments no segment of the index covers yet.
@@ -160,10 +178,20 @@ pub enum Command {
         #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
         vector: Option<Vec<f32>>,
         /// Neighbours to return.
-        #[arg(long, default_value_t = 10)]
+        #[arg(
+            long,
+            default_value_t = 10,
+            allow_negative_numbers = true,
+            value_parser = integer(1usize, None)
+        )]
         k: usize,
         /// Partitions to probe.
-        #[arg(long, default_value_t = 8)]
+        #[arg(
+            long,
+            default_value_t = 8,
+            allow_negative_numbers = true,
+            value_parser = integer(1usize, None)
+        )]
         nprobes: usize,
         /// Comma-separated columns to print.
         #[arg(long, value_delimiter = ',')]
@@ -183,10 +211,19 @@ pub enum Command {
         #[arg(long)]
         by: String,
         /// Number of destinations.
-        #[arg(long)]
+        #[arg(
+            long,
+            allow_negative_numbers = true,
+            value_parser = integer(1u32, Some(MAX_DESTINATIONS))
+        )]
         destinations: u32,
         /// A contiguous run of fragment ids (default: every fragment).
-        #[arg(long, value_delimiter = ',')]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            allow_negative_numbers = true,
+            value_parser = integer(0u64, Some(MAX_FRAGMENT_ID))
+        )]
         fragments: Option<Vec<u64>>,
         /// Print the metrics as JSON.
         #[arg(long)]
@@ -208,7 +245,7 @@ pub enum Command {
         #[arg(long)]
         name: Option<String>,
         /// Memory budget of the materialized fallback for legacy plugins.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true, value_parser = integer(1u64, None))]
         budget_bytes: Option<u64>,
         /// Print the report as JSON.
         #[arg(long)]
@@ -232,6 +269,14 @@ pub enum Command {
         /// Repeat rounds until one commits nothing.
         #[arg(long)]
         until_noop: bool,
+        /// Most rounds with --until-noop.
+        #[arg(
+            long,
+            default_value_t = DEFAULT_MAX_ROUNDS,
+            allow_negative_numbers = true,
+            value_parser = integer(1usize, None)
+        )]
+        max_rounds: usize,
         /// Also index live fragments no segment stores directly.
         #[arg(long)]
         reindex: bool,
@@ -261,6 +306,7 @@ pub enum IndexKind {
     /// Trigram postings: `contains(col, 'x')`.
     Ngram,
     /// k-means partitions of vectors: nearest neighbours.
+    #[value(name = "ivf_flat", alias = "ivf-flat")]
     IvfFlat,
 }
 
@@ -280,22 +326,27 @@ impl IndexKind {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CompactArgs {
     /// Target rows per output fragment.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = integer(1u64, None))]
     pub target_rows: Option<u64>,
     /// Most source fragments one run may rewrite.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = integer(1u64, None))]
     pub max_source_fragments: Option<u64>,
     /// Most live source rows one run may rewrite.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = integer(1u64, None))]
     pub max_source_rows: Option<u64>,
     /// Most source bytes one run may rewrite.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = integer(1u64, None))]
     pub max_source_bytes: Option<u64>,
     /// Fragment ids never to rewrite.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        value_parser = integer(0u64, Some(MAX_FRAGMENT_ID))
+    )]
     pub exclude: Vec<u64>,
     /// Deleted fraction above which a fragment compacts itself.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = fraction(0.0, 1.0))]
     pub materialize_deletions_threshold: Option<f64>,
     /// Do not rewrite fragments just to drop deleted rows.
     #[arg(long)]

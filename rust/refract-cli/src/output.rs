@@ -3,7 +3,11 @@
 use std::fmt;
 use std::io::{ErrorKind, Write};
 
-use arrow_array::RecordBatch;
+use std::sync::Arc;
+
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
 use refract_core::{Error, Result};
 
 use crate::args::RowFormat;
@@ -61,12 +65,49 @@ pub fn render_rows(batches: &[RecordBatch], format: RowFormat) -> Result<String>
                 .build(Vec::new());
             for batch in batches {
                 writer
-                    .write(batch)
+                    .write(&nested_as_text(batch)?)
                     .map_err(|e| Error::external("writing CSV rows", e))?;
             }
             utf8(writer.into_inner())
         }
     }
+}
+
+/// `batch` with every nested column (vectors, lists, structs) rendered as
+/// text, e.g. `[0.5, -1.0]`, which CSV cannot hold otherwise; the CSV writer
+/// quotes the values that contain commas. Null stays an empty field.
+fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| f.data_type().is_nested())
+    {
+        return Ok(batch.clone());
+    }
+    let options = FormatOptions::default().with_null("");
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        if !field.data_type().is_nested() {
+            fields.push(field.clone());
+            columns.push(column.clone());
+            continue;
+        }
+        let formatter = ArrayFormatter::try_new(column.as_ref(), &options)
+            .map_err(|e| Error::external("formatting a nested column", e))?;
+        let text: StringArray = (0..column.len())
+            .map(|row| {
+                column
+                    .is_valid(row)
+                    .then(|| formatter.value(row).to_string())
+            })
+            .collect();
+        fields.push(Arc::new(Field::new(field.name(), DataType::Utf8, true)));
+        columns.push(Arc::new(text) as ArrayRef);
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .map_err(|e| Error::external("formatting a nested column", e))
 }
 
 fn utf8(bytes: Vec<u8>) -> Result<String> {
@@ -86,10 +127,9 @@ pub fn render_summary(title: &str, rows: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
+    use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
     use arrow_array::Int64Array;
-    use arrow_schema::{DataType, Field, Schema};
 
     fn sample() -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
@@ -106,5 +146,28 @@ mod tests {
     fn csv_has_a_header() {
         let text = render_rows(&[sample()], RowFormat::Csv).unwrap();
         assert_eq!(text, "id\n1\n2\n");
+    }
+
+    #[test]
+    fn csv_prints_vectors_as_quoted_lists() {
+        let mut vectors = FixedSizeListBuilder::new(Float32Builder::new(), 2);
+        vectors.values().append_slice(&[0.5, -1.0]);
+        vectors.append(true);
+        vectors.values().append_slice(&[0.0, 0.0]);
+        vectors.append(false);
+        let vectors = vectors.finish();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("vec", vectors.data_type().clone(), true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from(vec![1, 2])), Arc::new(vectors)],
+        )
+        .unwrap();
+        let text = render_rows(&[batch.clone()], RowFormat::Csv).unwrap();
+        assert_eq!(text, "id,vec\n1,\"[0.5, -1.0]\"\n2,\n");
+        let empty = render_rows(&[batch.slice(0, 0)], RowFormat::Csv).unwrap();
+        assert_eq!(empty, "id,vec\n");
     }
 }

@@ -13,6 +13,8 @@ use refract_core::{Error, Result};
 
 /// Default vector dimension of the `vec` column.
 pub const DEFAULT_DIM: i32 = 32;
+/// Largest vector dimension `append` writes.
+pub const MAX_DIM: i32 = 65_536;
 
 const VOCABULARY: [&str; 16] = [
     "amber", "basalt", "cobalt", "delta", "ember", "fjord", "granite", "harbor", "indigo",

@@ -102,7 +102,7 @@ fn arbitrary_and_mutated_plan_text_is_an_error_not_a_panic() {
 }
 
 /// A plan as `compact-plan` prints it (fixed, so mutations need no dataset).
-const PLAN_FIXTURE: &str = r#"{"read_version":3,"options":{"target_rows_per_fragment":25,"max_rows_per_group":65536,"max_bytes_per_file":null,"materialize_deletions":true,"materialize_deletions_threshold":0.1,"num_threads":null,"batch_size":null,"defer_index_remap":false,"max_source_fragments":null,"max_source_rows":null,"max_source_bytes":null,"excluded_fragment_ids":[]},"tasks":[{"task_index":0,"read_version":3,"plan":{"fragment_ids":[1,2,3],"output_rows":[26],"partial":false},"batch_size":8192}]}"#;
+const PLAN_FIXTURE: &str = r#"{"read_version":3,"options":{"target_rows_per_fragment":25,"max_rows_per_group":65536,"max_bytes_per_file":null,"materialize_deletions":true,"materialize_deletions_threshold":0.1,"num_threads":null,"batch_size":null,"defer_index_remap":false,"max_source_fragments":null,"max_source_rows":null,"max_source_bytes":null,"excluded_fragment_ids":[]},"tasks":[{"task_index":0,"read_version":3,"plan":{"fragment_ids":[1,2,3],"output_rows":[26],"partial":false},"options":{"target_rows_per_fragment":25,"max_rows_per_group":65536,"max_bytes_per_file":null,"materialize_deletions":true,"materialize_deletions_threshold":0.1,"num_threads":null,"batch_size":null,"defer_index_remap":false,"max_source_fragments":null,"max_source_rows":null,"max_source_bytes":null,"excluded_fragment_ids":[]}}]}"#;
 
 #[test]
 fn hostile_plans_are_invalid_input() {
@@ -118,8 +118,20 @@ fn hostile_plans_are_invalid_input() {
         ("negative id", PLAN_FIXTURE.replace("[1,2,3]", "[-1,2,3]")),
         (
             "zero batch",
-            PLAN_FIXTURE.replace("\"batch_size\":8192", "\"batch_size\":0"),
+            PLAN_FIXTURE.replace("\"batch_size\":null", "\"batch_size\":0"),
         ),
+        (
+            "task options differ from the plan's",
+            PLAN_FIXTURE.replace(
+                "\"excluded_fragment_ids\":[]}}]}",
+                "\"excluded_fragment_ids\":[9]}}]}",
+            ),
+        ),
+        ("task without options", {
+            let mut plan: Value = serde_json::from_str(PLAN_FIXTURE).unwrap();
+            plan["tasks"][0].as_object_mut().unwrap().remove("options");
+            plan.to_string()
+        }),
         (
             "bad target",
             PLAN_FIXTURE.replace(

@@ -27,9 +27,7 @@ fn options(target: u64, binary_copy: bool) -> CompactionOptions {
 async fn compact_once(dataset: &mut Dataset, options: &CompactionOptions) -> Vec<RewriteResult> {
     let plan = plan_compaction(dataset, options).unwrap();
     let results = execute_plan(dataset, &plan, None).await.unwrap();
-    let (committed, _) = commit_compaction(dataset, results.clone(), options)
-        .await
-        .unwrap();
+    let (committed, _) = commit_compaction(dataset, results.clone()).await.unwrap();
     *dataset = committed;
     results
 }

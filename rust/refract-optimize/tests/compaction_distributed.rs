@@ -35,15 +35,11 @@ async fn tasks_committed_last_first_keep_order() {
     }
     // Commit the last task alone first, then the others in reverse order.
     let last = results.pop().unwrap();
-    let (after_last, metrics) = commit_compaction(&dataset, vec![last], &plan.options)
-        .await
-        .unwrap();
+    let (after_last, metrics) = commit_compaction(&dataset, vec![last]).await.unwrap();
     assert_eq!(metrics.fragments_removed, 2);
     assert_eq!(scan_ids(&after_last).await, expected);
     results.reverse();
-    let (after_all, metrics) = commit_compaction(&after_last, results, &plan.options)
-        .await
-        .unwrap();
+    let (after_all, metrics) = commit_compaction(&after_last, results).await.unwrap();
     assert_eq!(metrics.fragments_removed, 4);
     assert_eq!(metrics.fragments_added, 2);
     assert_eq!(scan_ids(&after_all).await, expected);
@@ -69,9 +65,7 @@ async fn concurrent_append_lands_with_the_compaction() {
         .append(vec![batch(30, 5)], &WriteOptions::default())
         .await
         .unwrap();
-    let (committed, _) = commit_compaction(&dataset, results, &plan.options)
-        .await
-        .unwrap();
+    let (committed, _) = commit_compaction(&dataset, results).await.unwrap();
     assert_eq!(scan_ids(&committed).await, (0..35).collect::<Vec<i64>>());
     assert_eq!(fragment_sizes(&committed), vec![30, 5]);
 }
@@ -83,9 +77,7 @@ async fn concurrent_delete_of_rewritten_rows_is_translated_not_lost() {
     let results = vec![plan.tasks[0].execute(&dataset).await.unwrap()];
     let mut other = Dataset::open(dataset.uri()).await.unwrap();
     other.delete("id = 3 OR id = 17 OR id = 29").await.unwrap();
-    let (committed, _) = commit_compaction(&dataset, results, &plan.options)
-        .await
-        .unwrap();
+    let (committed, _) = commit_compaction(&dataset, results).await.unwrap();
     let expected: Vec<i64> = (0..30).filter(|id| ![3, 17, 29].contains(id)).collect();
     assert_eq!(scan_ids(&committed).await, expected);
     assert_eq!(committed.count_rows(None).await.unwrap(), 27);
@@ -100,9 +92,7 @@ async fn concurrent_delete_removing_a_whole_source_fragment_is_translated() {
     let results = vec![plan.tasks[0].execute(&dataset).await.unwrap()];
     let mut other = Dataset::open(dataset.uri()).await.unwrap();
     other.delete("id >= 10 AND id < 20").await.unwrap();
-    let (committed, _) = commit_compaction(&dataset, results, &plan.options)
-        .await
-        .unwrap();
+    let (committed, _) = commit_compaction(&dataset, results).await.unwrap();
     let expected: Vec<i64> = (0..30).filter(|id| !(10..20).contains(id)).collect();
     assert_eq!(scan_ids(&committed).await, expected);
 }
@@ -113,10 +103,8 @@ async fn overlapping_rewrites_second_gets_a_retryable_conflict() {
     let plan = plan_compaction(&dataset, &options(100)).unwrap();
     let first = plan.tasks[0].execute(&dataset).await.unwrap();
     let second = plan.tasks[0].execute(&dataset).await.unwrap();
-    let (committed, _) = commit_compaction(&dataset, vec![first], &plan.options)
-        .await
-        .unwrap();
-    let err = commit_compaction(&dataset, vec![second], &plan.options)
+    let (committed, _) = commit_compaction(&dataset, vec![first]).await.unwrap();
+    let err = commit_compaction(&dataset, vec![second])
         .await
         .err()
         .unwrap();
@@ -168,9 +156,7 @@ async fn deferred_rewrite_over_a_delete_that_removed_a_source_records_a_valid_tr
         .delete("(id >= 10 AND id < 20) OR id = 25")
         .await
         .unwrap();
-    let (committed, _) = commit_compaction(&dataset, results, &plan.options)
-        .await
-        .unwrap();
+    let (committed, _) = commit_compaction(&dataset, results).await.unwrap();
     let expected: Vec<i64> = (0..30)
         .filter(|id| !(10..20).contains(id) && *id != 25)
         .collect();

@@ -139,7 +139,7 @@ fn distributed(options: CompactionOptions) -> OperationFn {
                 results.push(decoded);
             }
             results.reverse();
-            let (committed, _) = commit_compaction(&dataset, results, &options).await?;
+            let (committed, _) = commit_compaction(&dataset, results).await?;
             Ok(committed)
         }
         .boxed_local()

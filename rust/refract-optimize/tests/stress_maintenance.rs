@@ -554,10 +554,9 @@ async fn deferred_compaction_rebased_over_a_concurrent_delete_commits() {
     }
     let mut deleter = dataset.clone();
     deleter.delete("id = 3").await.unwrap();
-    let (committed, _) =
-        refract_optimize::compaction::commit_compaction(&dataset, results, &deferred)
-            .await
-            .unwrap();
+    let (committed, _) = refract_optimize::compaction::commit_compaction(&dataset, results)
+        .await
+        .unwrap();
     let ids = ids_of(
         &committed
             .scan()

@@ -74,13 +74,18 @@ fn metrics_line(metrics: &CompactionMetrics) -> String {
     }
 }
 
-/// `refract compact`.
-pub async fn compact(uri: &str, args: &CompactArgs, until_noop: bool, json: bool) -> Result<()> {
+/// `refract compact`. With `until_noop_rounds`, repeats until a round commits
+/// nothing or that many rounds ran, and says which.
+pub async fn compact(
+    uri: &str,
+    args: &CompactArgs,
+    until_noop_rounds: Option<usize>,
+    json: bool,
+) -> Result<()> {
     let options = options_from_args(args)?;
     let mut dataset = Dataset::open(uri).await?;
-    let mut round = 0usize;
-    loop {
-        round += 1;
+    let max_rounds = until_noop_rounds.unwrap_or(1);
+    for round in 1..=max_rounds {
         let (bar, callback) = progress_bar(&format!("compaction round {round}"));
         let metrics = compact_files(&mut dataset, &options, Some(callback)).await?;
         bar.finish_and_clear();
@@ -89,15 +94,28 @@ pub async fn compact(uri: &str, args: &CompactArgs, until_noop: bool, json: bool
         } else {
             metrics_line(&metrics)
         };
-        if until_noop && !json {
+        if until_noop_rounds.is_some() && !json {
             crate::out!("round {round}: {line}");
         } else {
             crate::out!("{line}");
         }
-        if !until_noop || metrics.committed_version.is_none() {
+        if metrics.committed_version.is_none() {
             return Ok(());
         }
     }
+    if until_noop_rounds.is_some() {
+        if json {
+            crate::out!(
+                "{}",
+                serde_json::json!({ "stopped_at_max_rounds": max_rounds })
+            );
+        } else {
+            crate::out!(
+                "stopped at --max-rounds {max_rounds} before a round committed nothing; run again to continue"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `refract compact-plan`.
@@ -146,7 +164,7 @@ pub async fn compact_commit(uri: &str, result_paths: &[PathBuf], json: bool) -> 
         results.push(result);
     }
     let dataset = Dataset::open(uri).await?;
-    let (_, metrics) = commit_compaction(&dataset, results, &CompactionOptions::default()).await?;
+    let (_, metrics) = commit_compaction(&dataset, results).await?;
     crate::out!(
         "{}",
         if json {

@@ -171,17 +171,20 @@ pub async fn trim(uri: &str, json: bool) -> Result<()> {
 pub async fn run_maintain(
     uri: &str,
     args: &CompactArgs,
-    until_noop: bool,
+    until_noop_rounds: Option<usize>,
     reindex: bool,
     json: bool,
 ) -> Result<()> {
     let mut dataset = Dataset::open(uri).await?;
+    let defaults = MaintainOptions::default();
     let options = MaintainOptions {
         compaction: Some(options_from_args(args)?),
         reindex,
-        until_noop,
-        ..MaintainOptions::default()
+        until_noop: until_noop_rounds.is_some(),
+        max_rounds: until_noop_rounds.unwrap_or(defaults.max_rounds),
+        ..defaults
     };
+    let max_rounds = options.max_rounds;
     let report = maintain(&mut dataset, options).await?;
     if json {
         crate::out!("{}", to_json(&report)?);
@@ -205,5 +208,10 @@ pub async fn run_maintain(
         report.converged,
         report.final_version
     );
+    if until_noop_rounds.is_some() && !report.converged {
+        crate::out!(
+            "stopped at --max-rounds {max_rounds} before a round committed nothing; run again to continue"
+        );
+    }
     Ok(())
 }

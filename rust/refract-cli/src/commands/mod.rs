@@ -45,8 +45,12 @@ pub async fn run(command: Command) -> Result<()> {
             uri,
             options,
             until_noop,
+            max_rounds,
             json,
-        } => compact::compact(&uri, &options, until_noop, json).await,
+        } => {
+            let rounds = if until_noop { Some(max_rounds) } else { None };
+            compact::compact(&uri, &options, rounds, json).await
+        }
         Command::CompactPlan { uri, options } => compact::compact_plan(&uri, &options).await,
         Command::CompactExec { uri, plan, task } => compact::compact_exec(&uri, &plan, task).await,
         Command::CreateIndex {
@@ -105,9 +109,13 @@ pub async fn run(command: Command) -> Result<()> {
             uri,
             options,
             until_noop,
+            max_rounds,
             reindex,
             json,
-        } => fri::run_maintain(&uri, &options, until_noop, reindex, json).await,
+        } => {
+            let rounds = if until_noop { Some(max_rounds) } else { None };
+            fri::run_maintain(&uri, &options, rounds, reindex, json).await
+        }
         Command::CompactCommit { uri, results, json } => {
             compact::compact_commit(&uri, &results, json).await
         }

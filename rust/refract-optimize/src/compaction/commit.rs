@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::execute::RewriteResult;
 use super::inline_remap::InlineRemapHook;
+use super::landed::{find_landing, references_any, Landing};
 use super::plan::{plan_compaction, CompactionPlan};
 use super::verify::verify_results;
 use super::CompactionOptions;
@@ -48,33 +49,42 @@ pub struct CompactionProgress {
 pub type ProgressCallback = Arc<dyn Fn(CompactionProgress) + Send + Sync>;
 
 /// Commits the results of a plan's tasks, in any order and any subset, as one
-/// Rewrite. Each result replaces its run in place; new fragment ids are assigned
+/// Rewrite, with the options their plan was made with (inline or deferred index
+/// remap). Each result replaces its run in place; new fragment ids are assigned
 /// by the commit. An empty `results` commits nothing.
+///
+/// Committing results that already landed (a coordinator that died after its
+/// commit, or two coordinators racing with the same results) commits nothing
+/// and reports the version they landed in, with the same metrics.
+///
+/// # Errors
+/// InvalidInput when results come from plans with different options, rewrite
+/// one fragment twice, fail verification (see `verify`), or only some of them
+/// already landed; a retryable Conflict when a concurrent commit replaced
+/// their sources; the errors of reading and committing.
 pub async fn commit_compaction(
     dataset: &Dataset,
     results: Vec<RewriteResult>,
-    options: &CompactionOptions,
 ) -> Result<(Dataset, CompactionMetrics)> {
     let Some(read_version) = results.iter().map(|r| r.read_version).min() else {
         return Ok((dataset.clone(), CompactionMetrics::default()));
     };
+    let options = shared_options(&results)?;
     check_disjoint(&results)?;
     let latest = dataset.checkout_latest().await?;
+    let mut metrics = rewrite_metrics(dataset, &results).await?;
+    if references_any(&latest, &results) {
+        if let Landing::Committed(version) = find_landing(&latest, &results).await? {
+            metrics.committed_version = Some(version);
+            return Ok((latest, metrics));
+        }
+    }
     verify_results(dataset, &latest, &results).await?;
-    let mut metrics = CompactionMetrics::default();
     let mut groups = Vec::with_capacity(results.len());
     for result in &results {
-        let new_fragments = result.new_fragments()?;
-        metrics.fragments_removed += result.old_fragment_ids.len() as u64;
-        metrics.files_removed += count_files(&latest, result, dataset);
-        metrics.fragments_added += new_fragments.len() as u64;
-        metrics.files_added += new_fragments
-            .iter()
-            .map(|f| f.files.len() as u64)
-            .sum::<u64>();
         groups.push(RewriteGroup {
             old_fragment_ids: result.old_fragment_ids.clone(),
-            new_fragments,
+            new_fragments: result.new_fragments()?,
             surviving_old_addresses: Some(result.surviving_old_addresses.clone()),
         });
     }
@@ -87,28 +97,69 @@ pub async fn commit_compaction(
         },
     );
     let hook = index_hook(options, &results)?;
-    let committed = latest
+    let committed = match latest
         .commit_transaction(transaction, hook.as_deref())
-        .await?;
+        .await
+    {
+        Ok(committed) => committed,
+        Err(conflict @ Error::Conflict { .. }) => {
+            // The same results may have won the race from another coordinator.
+            let now = latest.checkout_latest().await?;
+            return match find_landing(&now, &results).await {
+                Ok(Landing::Committed(version)) => {
+                    metrics.committed_version = Some(version);
+                    Ok((now, metrics))
+                }
+                _ => Err(conflict),
+            };
+        }
+        Err(e) => return Err(e),
+    };
     metrics.committed_version = Some(committed.version());
     Ok((committed, metrics))
 }
 
-/// Data files of the result's old fragments, looked up at the newest version
-/// that still has them.
-fn count_files(latest: &Dataset, result: &RewriteResult, fallback: &Dataset) -> u64 {
-    result
-        .old_fragment_ids
-        .iter()
-        .map(|id| {
-            latest
-                .fragments()
-                .iter()
-                .chain(fallback.fragments())
-                .find(|f| f.id == *id)
-                .map_or(1, |f| f.files.len() as u64)
-        })
-        .sum()
+/// The options every result carries; they must all be the same.
+fn shared_options(results: &[RewriteResult]) -> Result<&CompactionOptions> {
+    let Some((first, rest)) = results.split_first() else {
+        return Err(Error::invalid_input("no compaction results to commit"));
+    };
+    if let Some(other) = rest.iter().find(|r| r.options != first.options) {
+        return Err(Error::invalid_input(format!(
+            "compaction results of tasks {} and {} come from plans with different options",
+            first.task_index, other.task_index
+        )));
+    }
+    Ok(&first.options)
+}
+
+/// What committing `results` changes (the committed version unset). Old
+/// fragments are counted at each result's read version.
+async fn rewrite_metrics(
+    dataset: &Dataset,
+    results: &[RewriteResult],
+) -> Result<CompactionMetrics> {
+    let mut metrics = CompactionMetrics::default();
+    for result in results {
+        let read = if result.read_version == dataset.version() {
+            dataset.clone()
+        } else {
+            dataset.checkout_version(result.read_version).await?
+        };
+        metrics.fragments_removed += result.old_fragment_ids.len() as u64;
+        metrics.files_removed += result
+            .old_fragment_ids
+            .iter()
+            .map(|id| {
+                read.manifest()
+                    .fragment(*id)
+                    .map_or(0, |f| f.files.len() as u64)
+            })
+            .sum::<u64>();
+        metrics.fragments_added += result.new_files.len() as u64;
+        metrics.files_added += result.new_files.len() as u64;
+    }
+    Ok(metrics)
 }
 
 /// The commit hook that keeps indices correct: inline remap of every affected
@@ -197,7 +248,7 @@ pub async fn compact_files(
         return Ok(CompactionMetrics::default());
     }
     let results = execute_plan(dataset, &plan, progress).await?;
-    let (committed, metrics) = commit_compaction(dataset, results, options).await?;
+    let (committed, metrics) = commit_compaction(dataset, results).await?;
     *dataset = committed;
     Ok(metrics)
 }

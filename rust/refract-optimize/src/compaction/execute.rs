@@ -29,6 +29,7 @@ use uuid::Uuid;
 
 use super::binary_copy::try_copy_task;
 use super::plan::CompactionTask;
+use super::CompactionOptions;
 
 /// A data file written by a task (serializable mirror of the table's `DataFile`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,6 +64,8 @@ pub struct RewriteResult {
     /// rather than by decoding and re-encoding their rows.
     #[serde(default)]
     pub pages_copied: bool,
+    /// The options of the plan the task came from; the commit uses them.
+    pub options: CompactionOptions,
 }
 
 impl RewriteResult {
@@ -110,12 +113,12 @@ impl CompactionTask {
                 self.task_index
             )));
         }
-        if self.binary_copy {
+        if self.options.binary_copy {
             let copy = try_copy_task(
                 &dataset,
                 &sources,
                 &self.plan.output_rows,
-                self.binary_copy_min_source_rows,
+                self.options.binary_copy_min_source_rows,
             );
             if let Some(copied) = copy.await? {
                 let mut result = self.result(
@@ -134,11 +137,11 @@ impl CompactionTask {
             .scan()
             .fragments(&self.plan.fragment_ids)
             .with_row_address()
-            .batch_size(self.batch_size)
+            .batch_size(self.batch_size())
             .one_pass()
             .try_into_stream()
             .await?;
-        let (sender, mut receiver) = mpsc::channel(read_ahead_batches(&sources, self.batch_size));
+        let (sender, mut receiver) = mpsc::channel(read_ahead_batches(&sources, self.batch_size()));
         // Aborted if the writer fails, so the reader never outlives the task.
         let reader = AbortOnDrop::spawn(read_sources(stream, sender));
         let mut outputs = OutputSplitter::new(&dataset, self.plan.output_rows.clone());
@@ -172,6 +175,7 @@ impl CompactionTask {
             surviving_old_addresses: surviving_bytes,
             rows_read,
             pages_copied: false,
+            options: self.options.clone(),
         })
     }
 

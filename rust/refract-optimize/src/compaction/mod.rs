@@ -20,6 +20,7 @@ pub mod candidates;
 pub mod commit;
 pub mod execute;
 pub mod inline_remap;
+mod landed;
 pub mod options;
 pub mod plan;
 pub mod planner;

@@ -26,6 +26,10 @@ pub struct CompactionPlan {
 }
 
 /// One unit of work: rewrite a contiguous run of fragments.
+///
+/// A task carries the options of its plan, and so does its
+/// [`RewriteResult`](super::RewriteResult): the commit uses them (inline or
+/// deferred index remap) and refuses results of plans made with different ones.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompactionTask {
     /// Position of this task in its plan.
@@ -34,16 +38,15 @@ pub struct CompactionTask {
     pub read_version: u64,
     /// The planner's decision: which fragments, how many rows per output.
     pub plan: TaskPlan,
+    /// The options of the plan.
+    pub options: CompactionOptions,
+}
+
+impl CompactionTask {
     /// Rows per read batch.
-    pub batch_size: usize,
-    /// Copy encoded pages when the run allows it (see
-    /// [`CompactionOptions::binary_copy`]); plans written before the option
-    /// existed re-encode.
-    #[serde(default)]
-    pub binary_copy: bool,
-    /// Smallest source fragment whose pages are copied.
-    #[serde(default)]
-    pub binary_copy_min_source_rows: u64,
+    pub fn batch_size(&self) -> usize {
+        self.options.batch_size.unwrap_or(DEFAULT_BATCH_SIZE)
+    }
 }
 
 impl CompactionPlan {
@@ -62,7 +65,6 @@ pub fn plan_compaction(dataset: &Dataset, options: &CompactionOptions) -> Result
     let manifest = dataset.manifest();
     let stats = fragment_stats(manifest);
     let tasks = plan_tasks(&stats, options)?;
-    let batch_size = options.batch_size.unwrap_or(DEFAULT_BATCH_SIZE);
     Ok(CompactionPlan {
         read_version: manifest.version,
         options: options.clone(),
@@ -73,9 +75,7 @@ pub fn plan_compaction(dataset: &Dataset, options: &CompactionOptions) -> Result
                 task_index,
                 read_version: manifest.version,
                 plan,
-                batch_size,
-                binary_copy: options.binary_copy,
-                binary_copy_min_source_rows: options.binary_copy_min_source_rows,
+                options: options.clone(),
             })
             .collect(),
     })
@@ -129,15 +129,13 @@ pub fn plan_from_json(text: &str) -> Result<CompactionPlan> {
         .map_err(|e| Error::invalid_input(format!("compaction plan is not valid JSON: {e}")))?;
     plan.options.validate()?;
     for (position, task) in plan.tasks.iter().enumerate() {
-        if task.task_index != position || task.read_version != plan.read_version {
+        if task.task_index != position
+            || task.read_version != plan.read_version
+            || task.options != plan.options
+        {
             return Err(Error::invalid_input(format!(
                 "compaction plan task {position} is inconsistent with its plan"
             )));
-        }
-        if task.batch_size == 0 {
-            return Err(Error::invalid_input(
-                "compaction plan batch_size must be positive",
-            ));
         }
     }
     Ok(plan)
