@@ -82,7 +82,7 @@ pub(super) async fn rebase_delete(
             continue;
         };
         match &theirs.operation {
-            Operation::Delete { .. } => walk.mark_merged(&theirs.touched_fragment_ids()),
+            Operation::Delete { .. } => walk.mark_merged(&theirs.operation.touched_fragment_ids()),
             Operation::Rewrite { groups, .. } => {
                 let previous = match i.checked_sub(1) {
                     Some(before) => intervening[before].clone(),
