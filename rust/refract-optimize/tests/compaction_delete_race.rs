@@ -56,7 +56,11 @@ async fn deletes_racing_compactions_never_conflict_and_match_the_model() {
                 .await
                 .map(|metrics| metrics.committed_version)
         });
+        // Both read the same version; a head start on odd rounds lets the
+        // compaction commit first more often (the delete is then rebased).
+        let head_start = std::time::Duration::from_millis((round % 2) * rng.below(20));
         let delete = tokio::spawn(async move {
+            tokio::time::sleep(head_start).await;
             let result = deleter.delete(&predicate).await?;
             Ok::<(DeleteResult, u64), Error>((result, deleter.version()))
         });
