@@ -14,8 +14,10 @@
 //!    returns that version, so a transaction is never applied twice.
 
 pub(crate) mod build;
+mod delete_rebase;
 pub mod fri_entry;
 pub mod gate;
+mod group_remap;
 pub mod rebase;
 mod rewrite_rebase;
 

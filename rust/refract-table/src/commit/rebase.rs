@@ -6,16 +6,24 @@
 //! | ours \ theirs | Append | Delete                  | Rewrite                 | CreateIndex               | Restore |
 //! |---------------|--------|-------------------------|-------------------------|---------------------------|---------|
 //! | Append        | ok     | ok                      | ok                      | ok                        | ok      |
-//! | Delete        | ok     | merge (union vectors)   | conflict if overlapping | ok                        | conflict|
+//! | Delete        | ok     | merge (union vectors)   | translate (delete_rebase) | ok                      | conflict|
 //! | Rewrite       | ok     | translate (rewrite_rebase) | conflict if overlapping | conflict if it covers our sources | conflict|
 //! | CreateIndex   | ok     | ok                      | conflict if it rewrote covered fragments | conflict if same removed segment | conflict|
 //! | Restore       | conflict on anything committed in between                                                  |||||
 //!
-//! Partition behaves like Rewrite, except that a Delete overlapping its sources is
-//! always a conflict (its labels were computed over the old deletions). A
-//! CreateIndex that only swaps *system* entries (an FRI trim) does not conflict
-//! with a Rewrite or Partition: their commit hook re-reads the latest ledger on
-//! every attempt and appends its transition to it.
+//! A Delete over a Rewrite moves the rows it newly deletes through the
+//! rewrite's compact remap onto the new fragments (chained over successive
+//! rewrites); it conflicts only when a rewrite that replaced fragments holding
+//! its rows carries no `surviving_old_addresses` capture.
+//!
+//! Partition behaves like Rewrite, except against a Delete: a Delete racing a
+//! Partition that replaced fragments holding its rows (after following any
+//! intervening rewrites) conflicts, whichever commits second (the partition's
+//! labels were computed over the old deletions, and translating a delete
+//! through its row map needs refract-reader). A CreateIndex that only swaps
+//! *system* entries (an FRI trim) does not conflict with a Rewrite or
+//! Partition: their commit hook re-reads the latest ledger on every attempt
+//! and appends its transition to it.
 //!
 //! Every conflict here is retryable: running the operation again against the
 //! new latest version may succeed.
@@ -23,14 +31,13 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use refract_core::{DeletionVector, Error, Result};
-use roaring::RoaringBitmap;
+use refract_core::{Error, Result};
 
 use crate::dataset::Dataset;
-use crate::format::{Fragment, IndexMetadata, Manifest};
-use crate::io::deletion_file::write_deletion_file;
+use crate::format::{IndexMetadata, Manifest};
 use crate::transaction::{Operation, Transaction};
 
+use super::delete_rebase::rebase_delete;
 use super::rewrite_rebase::translate_deletes_through_rewrite;
 
 /// What rebasing found.
@@ -48,7 +55,6 @@ pub(crate) async fn rebase(
     txn: &Transaction,
     intervening: &[Arc<Manifest>],
 ) -> Result<Rebased> {
-    let mut theirs_all = Vec::with_capacity(intervening.len());
     for manifest in intervening {
         let theirs = manifest.transaction.as_ref().ok_or_else(|| {
             Error::conflict(
@@ -63,26 +69,12 @@ pub(crate) async fn rebase(
             return Ok(Rebased::AlreadyCommitted(manifest.clone()));
         }
         check_compatible(&txn.operation, &theirs.operation, manifest.version)?;
-        theirs_all.push(&theirs.operation);
     }
     if intervening.is_empty() {
         return Ok(Rebased::Ready(txn.clone()));
     }
     let operation = match &txn.operation {
-        Operation::Delete {
-            updated_fragments,
-            removed_fragment_ids,
-            predicate,
-        } => {
-            merge_deletes(
-                latest,
-                updated_fragments,
-                removed_fragment_ids,
-                predicate,
-                &theirs_all,
-            )
-            .await?
-        }
+        Operation::Delete { .. } => rebase_delete(latest, txn, intervening).await?,
         Operation::Rewrite { .. } => translate_deletes_through_rewrite(latest, txn).await?,
         other => other.clone(),
     };
@@ -108,13 +100,8 @@ fn check_compatible(ours: &Operation, theirs: &Operation, their_version: u64) ->
         (Operation::Append { .. }, _) => Ok(()),
         (Operation::Restore { .. }, _) => conflict("a restore requires no intervening commit"),
         (_, Operation::Restore { .. }) => conflict("the table was restored to another version"),
-        (Operation::Delete { .. }, Operation::Rewrite { .. } | Operation::Partition { .. }) => {
-            if overlaps(ours, theirs) {
-                conflict("the rows it deletes were rewritten")
-            } else {
-                Ok(())
-            }
-        }
+        // Decided while rebasing (`delete_rebase`), where the fragments holding
+        // its rows are followed through every intervening rewrite.
         (Operation::Delete { .. }, _) => Ok(()),
         (Operation::Rewrite { .. }, Operation::Delete { .. }) => {
             // Overlapping deletes are translated through the rewrite's remap
@@ -207,56 +194,4 @@ fn index_may_cover(index: &IndexMetadata, fragments: &HashSet<u64>) -> bool {
             .iter()
             .any(|id| u32::try_from(*id).is_ok_and(|id| bitmap.contains(id))),
     }
-}
-
-/// Merges our Delete with intervening Deletes of the same fragments: both
-/// evaluated the same physical rows, so the union of the vectors is exact.
-async fn merge_deletes(
-    latest: &Dataset,
-    updated_fragments: &[Fragment],
-    removed_fragment_ids: &[u64],
-    predicate: &str,
-    theirs: &[&Operation],
-) -> Result<Operation> {
-    let touched_by_them: HashSet<u64> = theirs
-        .iter()
-        .filter(|operation| matches!(operation, Operation::Delete { .. }))
-        .flat_map(|operation| operation.touched_fragment_ids())
-        .collect();
-    let mut updated = Vec::with_capacity(updated_fragments.len());
-    let mut removed: Vec<u64> = Vec::new();
-    for id in removed_fragment_ids {
-        // Already removed by them: nothing left to do for this fragment.
-        if latest.manifest().fragment(*id).is_some() {
-            removed.push(*id);
-        }
-    }
-    for ours in updated_fragments {
-        let Some(current) = latest.manifest().fragment(ours.id) else {
-            // Removed concurrently: all its rows are deleted already.
-            continue;
-        };
-        if !touched_by_them.contains(&ours.id) || current.deletion_file == ours.deletion_file {
-            updated.push(ours.clone());
-            continue;
-        }
-        let mut union: RoaringBitmap = latest.deletion_vector(current).await?.bitmap().clone();
-        union |= latest.deletion_vector(ours).await?.bitmap();
-        if union.len() >= current.physical_rows {
-            removed.push(ours.id);
-            continue;
-        }
-        let deletion =
-            write_deletion_file(latest.store(), ours.id, &DeletionVector::from_bitmap(union))
-                .await?;
-        updated.push(Fragment {
-            deletion_file: Some(deletion),
-            ..current.clone()
-        });
-    }
-    Ok(Operation::Delete {
-        updated_fragments: updated,
-        removed_fragment_ids: removed,
-        predicate: predicate.to_string(),
-    })
 }

@@ -6,15 +6,15 @@
 //! captured surviving addresses) and deleted in the new fragment that holds it.
 //! No delete is lost and no row is resurrected; all other rows are untouched.
 
-use refract_core::{
-    DeletionVector, Error, FragmentRows, Result, RewriteGroupInput, RowAddrRemap, RowAddress,
-};
+use refract_core::{DeletionVector, Error, Result, RowAddress};
 use roaring::RoaringTreemap;
 
 use crate::dataset::Dataset;
 use crate::format::Manifest;
 use crate::io::deletion_file::write_deletion_file;
 use crate::transaction::{Operation, RewriteGroup, Transaction};
+
+use super::group_remap::{decode_survivors, group_remap, old_fragment_rows, translate};
 
 /// Returns `txn`'s Rewrite adjusted so rows deleted after its read version stay
 /// deleted. Other operations are returned unchanged.
@@ -61,8 +61,7 @@ async fn rebase_group(
             true,
         ));
     };
-    let survivors = RoaringTreemap::deserialize_from(bytes.as_slice())
-        .map_err(|e| Error::corrupt("rewrite transaction", format!("surviving addresses: {e}")))?;
+    let survivors = decode_survivors(bytes)?;
     let gone = newly_deleted(latest, group, &survivors).await?;
     let kept_old: Vec<u64> = group
         .old_fragment_ids
@@ -78,27 +77,39 @@ async fn rebase_group(
     }
     let mut new_fragments = group.new_fragments.clone();
     if !gone.is_empty() {
-        let remap = ordinal_remap(base, group, survivors)?;
-        let mut vectors = vec![DeletionVector::new(); new_fragments.len()];
-        for address in gone.iter() {
-            let Some(Some(moved)) = remap.get(address) else {
-                return Err(Error::corrupt(
-                    "rewrite transaction",
-                    format!(
-                        "surviving address {} does not map to a new row",
-                        RowAddress::from(address)
-                    ),
-                ));
-            };
-            let moved = RowAddress::from(moved);
-            // Ordinal ids index `vectors` (built from `new_fragments` just above).
-            vectors[moved.fragment_id() as usize].insert(moved.offset());
+        let old = old_fragment_rows(base, &group.old_fragment_ids)?;
+        // Ids are not assigned yet: new fragments are named `first + ordinal`,
+        // above every old id (the remap refuses an id that is both).
+        let first = old.iter().map(|fragment| fragment.id).max().unwrap_or(0) + 1;
+        let remap = group_remap(
+            old,
+            new_fragments
+                .iter()
+                .enumerate()
+                .map(|(ordinal, fragment)| (first + ordinal as u64, fragment.physical_rows)),
+            survivors,
+        )?;
+        let translated = translate(&remap, &gone)?;
+        if let Some(address) = translated.dropped.min() {
+            return Err(Error::corrupt(
+                "rewrite transaction",
+                format!(
+                    "surviving address {} does not map to a new row",
+                    RowAddress::from(address)
+                ),
+            ));
         }
-        for (fragment, vector) in new_fragments.iter_mut().zip(&vectors) {
-            if !vector.is_empty() {
-                fragment.deletion_file =
-                    Some(write_deletion_file(latest.store(), fragment.id, vector).await?);
-            }
+        for (named, offsets) in translated.moved {
+            // Names are `first + ordinal` of `new_fragments` (see above).
+            let fragment = &mut new_fragments[(named - first) as usize];
+            fragment.deletion_file = Some(
+                write_deletion_file(
+                    latest.store(),
+                    fragment.id,
+                    &DeletionVector::from_bitmap(offsets),
+                )
+                .await?,
+            );
         }
     }
     Ok(RewriteGroup {
@@ -130,40 +141,4 @@ async fn newly_deleted(
         gone.extend(offsets.iter().map(|offset| (id << 32) | u64::from(offset)));
     }
     Ok(gone)
-}
-
-/// The group's remap with new fragments named by their ordinal (ids are not
-/// assigned yet).
-fn ordinal_remap(
-    base: &Manifest,
-    group: &RewriteGroup,
-    survivors: RoaringTreemap,
-) -> Result<RowAddrRemap> {
-    let old_fragments = group
-        .old_fragment_ids
-        .iter()
-        .map(|id| {
-            let fragment = base.fragment(*id).ok_or_else(|| {
-                Error::not_found(format!("fragment {id} at the rewrite's read version"))
-            })?;
-            Ok(FragmentRows {
-                id: *id,
-                physical_rows: fragment.physical_rows,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let new_fragments = group
-        .new_fragments
-        .iter()
-        .enumerate()
-        .map(|(ordinal, fragment)| FragmentRows {
-            id: ordinal as u64,
-            physical_rows: fragment.physical_rows,
-        })
-        .collect();
-    RowAddrRemap::compact(vec![RewriteGroupInput {
-        old_fragments,
-        new_fragments,
-        surviving: survivors,
-    }])
 }

@@ -123,20 +123,6 @@ async fn rewrite_of(dataset: &Dataset, old: &[u64]) -> Operation {
 }
 
 #[tokio::test]
-async fn delete_after_a_rewrite_of_its_fragments_is_a_retryable_conflict() {
-    let location = location(Backend::Memory);
-    let base = create_with_rows(&location.uri, 30, 10).await;
-    let mut deleter = base.clone();
-    base.commit(rewrite_of(&base, &[1, 2]).await).await.unwrap();
-    let err = deleter.delete("id = 3").await.unwrap_err();
-    assert!(err.is_retryable_conflict(), "{err}");
-    // Retrying against the latest version works.
-    let mut retry = deleter.checkout_latest().await.unwrap();
-    retry.delete("id = 3").await.unwrap();
-    assert_eq!(retry.count_rows(None).await.unwrap(), 29);
-}
-
-#[tokio::test]
 async fn delete_of_other_fragments_rebases_over_a_rewrite() {
     let location = location(Backend::Memory);
     let base = create_with_rows(&location.uri, 30, 10).await;

@@ -3,6 +3,7 @@
 
 mod common;
 mod concurrency;
+mod delete_rebase;
 mod format_errors;
 mod read_write;
 mod versions;
