@@ -1,4 +1,6 @@
-//! Building an ivf_flat segment: collect vectors, train, assign, write sorted by partition.
+//! The parts of an ivf_flat build: reading input batches, the partition
+//! count, training, assignment, and the in-memory partition plan (see
+//! [`super::stream`] for how a build runs them in bounded memory).
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, UInt64Type};
@@ -19,13 +21,14 @@ pub const MAX_DEFAULT_PARTITIONS: usize = 4096;
 pub const DEFAULT_SAMPLE_RATE: usize = 256;
 /// Default Lloyd iterations.
 pub const DEFAULT_MAX_ITERATIONS: usize = 20;
-/// Rows per written batch.
+/// Rows per batch a build reads back or writes.
 pub const WRITE_BATCH_ROWS: usize = 65_536;
 
-/// The indexed vectors of a build, row-major, with their addresses in scan order.
+/// The non-null vectors of one build-input batch, row-major, with their
+/// addresses in scan order.
 #[derive(Debug, Default)]
-pub struct CollectedVectors {
-    /// Vector dimension (0 until the first batch).
+pub struct BatchVectors {
+    /// Vector dimension.
     pub dim: usize,
     /// `addrs.len() × dim` values.
     pub values: Vec<f32>,
@@ -33,9 +36,11 @@ pub struct CollectedVectors {
     pub addrs: Vec<u64>,
 }
 
-impl CollectedVectors {
-    /// Adds one input batch; null vectors are skipped (they have no neighbours).
-    pub fn add_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+impl BatchVectors {
+    /// Reads one input batch; null vectors are skipped (they have no
+    /// neighbours). `dim` is the dimension of earlier batches (0: none yet);
+    /// another one is InvalidInput.
+    pub fn read(batch: &RecordBatch, dim: usize) -> Result<Self> {
         let addrs = batch
             .column_by_name(ROW_ADDR_COLUMN)
             .and_then(|c| c.as_primitive_opt::<UInt64Type>())
@@ -68,19 +73,22 @@ impl CollectedVectors {
                     list.value_type()
                 ))
             })?;
-        let dim = usize::try_from(list.value_length()).unwrap_or(0);
-        if dim == 0 {
+        let batch_dim = usize::try_from(list.value_length()).unwrap_or(0);
+        if batch_dim == 0 {
             return Err(Error::invalid_input(
                 "ivf_flat needs vectors of at least one dimension",
             ));
         }
-        if self.dim != 0 && self.dim != dim {
+        if dim != 0 && dim != batch_dim {
             return Err(Error::invalid_input(format!(
-                "vector dimension changed from {} to {dim}",
-                self.dim
+                "vector dimension changed from {dim} to {batch_dim}"
             )));
         }
-        self.dim = dim;
+        let mut out = Self {
+            dim: batch_dim,
+            values: Vec::with_capacity(addrs.len() * batch_dim),
+            addrs: Vec::with_capacity(addrs.len()),
+        };
         for (row, addr) in addrs.values().iter().enumerate() {
             if list.is_null(row) {
                 continue;
@@ -89,19 +97,55 @@ impl CollectedVectors {
                 .map_err(|_| Error::invalid_input("negative list offset"))?;
             let vector = items
                 .values()
-                .get(start..start + dim)
+                .get(start..start + batch_dim)
                 .ok_or_else(|| Error::invalid_input("vector values shorter than the list"))?;
             let has_null_item =
-                items.null_count() > 0 && (start..start + dim).any(|i| items.is_null(i));
+                items.null_count() > 0 && (start..start + batch_dim).any(|i| items.is_null(i));
             if has_null_item || vector.iter().any(|x| !x.is_finite()) {
                 return Err(Error::invalid_input(format!(
                     "vector at row address {addr} has null or non-finite values"
                 )));
             }
-            self.values.extend_from_slice(vector);
-            self.addrs.push(*addr);
+            out.values.extend_from_slice(vector);
+            out.addrs.push(*addr);
         }
-        Ok(())
+        Ok(out)
+    }
+
+    /// Rows read.
+    pub fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// True when the batch had no non-null vector.
+    pub fn is_empty(&self) -> bool {
+        self.addrs.is_empty()
+    }
+}
+
+/// The indexed vectors of a build held in memory, row-major, with their
+/// addresses in scan order.
+#[derive(Debug, Default)]
+pub struct CollectedVectors {
+    /// Vector dimension (0 until the first batch).
+    pub dim: usize,
+    /// `addrs.len() × dim` values.
+    pub values: Vec<f32>,
+    /// Stored row addresses.
+    pub addrs: Vec<u64>,
+}
+
+impl CollectedVectors {
+    /// Appends vectors read from one batch (of this dimension, or the first).
+    pub fn append(&mut self, vectors: BatchVectors) {
+        self.dim = vectors.dim;
+        if self.values.is_empty() {
+            self.values = vectors.values;
+            self.addrs = vectors.addrs;
+        } else {
+            self.values.extend_from_slice(&vectors.values);
+            self.addrs.extend_from_slice(&vectors.addrs);
+        }
     }
 
     /// Rows collected.
@@ -126,29 +170,33 @@ pub fn partition_count(params: &IndexParams, rows: usize) -> Result<usize> {
     Ok(wanted.min(rows.max(1)))
 }
 
-/// Trains the centroids of `vectors` (non-empty).
+/// Training rows per partition: the parameter, else [`DEFAULT_SAMPLE_RATE`].
+/// Zero is InvalidInput.
+pub fn sample_rate(params: &IndexParams) -> Result<usize> {
+    match params.sample_rate {
+        Some(0) => Err(Error::invalid_input("sample_rate must be at least 1")),
+        Some(rate) => Ok(rate as usize),
+        None => Ok(DEFAULT_SAMPLE_RATE),
+    }
+}
+
+/// Trains `k` centroids on `sample` (row-major, non-empty), using at most
+/// `max_training_rows` of its rows (a deterministic subsample when it holds more).
 pub fn train_centroids(
-    vectors: &CollectedVectors,
+    sample: &[f32],
+    dim: usize,
+    k: usize,
+    max_training_rows: usize,
     params: &IndexParams,
     metric: Metric,
 ) -> Result<Vec<f32>> {
-    let k = partition_count(params, vectors.len())?;
     let mut kmeans = KMeansParams::new(k);
-    if let Some(rate) = params.sample_rate {
-        if rate == 0 {
-            return Err(Error::invalid_input("sample_rate must be at least 1"));
-        }
-        kmeans.max_training_rows = k.saturating_mul(rate as usize);
-    } else {
-        kmeans.max_training_rows = k.saturating_mul(DEFAULT_SAMPLE_RATE);
-    }
+    kmeans.max_training_rows = max_training_rows;
     kmeans.max_iters = params
         .max_iterations
         .map_or(DEFAULT_MAX_ITERATIONS, |i| i as usize);
     kmeans.spherical = metric == Metric::Cosine;
-    Ok(train(&vectors.values, vectors.dim, &kmeans)?
-        .as_flat()
-        .to_vec())
+    Ok(train(sample, dim, &kmeans)?.as_flat().to_vec())
 }
 
 /// Index of the centroid nearest to `v` under the partitioning metric (lowest index on ties).
@@ -219,14 +267,15 @@ impl PartitionPlan {
         }
     }
 
-    /// The file batches, at most [`WRITE_BATCH_ROWS`] rows each, built lazily:
+    /// The file batches, at most `batch_rows` rows each, built lazily:
     /// the vectors-file batch and the matching addresses.
     pub fn batches<'a>(
         &'a self,
         vectors: &'a CollectedVectors,
+        batch_rows: usize,
     ) -> impl Iterator<Item = Result<(RecordBatch, UInt64Array)>> + 'a {
         let dim = self.layout.dim;
-        self.order.chunks(WRITE_BATCH_ROWS).map(move |chunk| {
+        self.order.chunks(batch_rows.max(1)).map(move |chunk| {
             // Every index in `order` is a collected row, so these lookups hold.
             let parts = chunk.iter().map(|r| self.assignment[*r]).collect();
             let addrs: UInt64Array = chunk.iter().map(|r| vectors.addrs[*r]).collect();

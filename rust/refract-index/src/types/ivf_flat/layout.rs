@@ -56,15 +56,9 @@ fn item_field() -> Arc<Field> {
 
 /// The schema of [`VECTORS_FILE`] for vectors of `dim` values.
 pub fn vectors_schema(dim: usize) -> Result<SchemaRef> {
-    let size = i32::try_from(dim)
-        .map_err(|_| Error::invalid_input(format!("vector dimension {dim} is too large")))?;
     Ok(Arc::new(Schema::new(vec![
         Field::new(PARTITION_COLUMN, DataType::UInt32, false),
-        Field::new(
-            VECTOR_COLUMN,
-            DataType::FixedSizeList(item_field(), size),
-            false,
-        ),
+        Field::new(VECTOR_COLUMN, vector_type(dim)?, false),
     ])))
 }
 
@@ -81,17 +75,29 @@ pub fn schema_matches(schema: &Schema, dim: usize) -> bool {
             .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
 }
 
-/// Assembles one vectors-file batch.
-pub fn vectors_batch(dim: usize, partitions: Vec<u32>, values: Vec<f32>) -> Result<RecordBatch> {
+/// The vector column's type for vectors of `dim` values.
+pub fn vector_type(dim: usize) -> Result<DataType> {
     let size = i32::try_from(dim)
         .map_err(|_| Error::invalid_input(format!("vector dimension {dim} is too large")))?;
-    let vectors = FixedSizeListArray::try_new(
+    Ok(DataType::FixedSizeList(item_field(), size))
+}
+
+/// A vector column of `values.len() / dim` vectors (row-major values).
+pub fn vector_array(dim: usize, values: Vec<f32>) -> Result<FixedSizeListArray> {
+    let size = i32::try_from(dim)
+        .map_err(|_| Error::invalid_input(format!("vector dimension {dim} is too large")))?;
+    FixedSizeListArray::try_new(
         item_field(),
         size,
         Arc::new(Float32Array::from(values)),
         None,
     )
-    .map_err(|e| Error::external("assembling ivf_flat vectors", e))?;
+    .map_err(|e| Error::external("assembling ivf_flat vectors", e))
+}
+
+/// Assembles one vectors-file batch.
+pub fn vectors_batch(dim: usize, partitions: Vec<u32>, values: Vec<f32>) -> Result<RecordBatch> {
+    let vectors = vector_array(dim, values)?;
     RecordBatch::try_new(
         vectors_schema(dim)?,
         vec![Arc::new(UInt32Array::from(partitions)), Arc::new(vectors)],

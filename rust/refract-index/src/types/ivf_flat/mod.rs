@@ -7,7 +7,10 @@
 //! [`layout::ADDRESSES_FILE`] holds the row address of each vector (null: the
 //! row is gone).
 //!
-//! Training is deterministic (seeded k-means++ and capped Lloyd iterations).
+//! A build streams: k-means trains on a bounded reservoir sample
+//! ([`sample`]) and rows past a memory budget are spilled and written out
+//! partition by partition ([`stream`]). Training is deterministic (a seeded
+//! reservoir over the scan order, seeded k-means++, capped Lloyd iterations).
 //! Remap never retrains and never reassigns. It translates the addresses in
 //! batches of at most [`MAX_TRANSLATION_BATCH`]; vectors never change, so
 //! unless more than one entry in [`super::addresses::TOMBSTONE_DIVISOR`] would be gone,
@@ -19,7 +22,11 @@ pub mod build;
 pub mod distance;
 pub mod kmeans;
 pub mod layout;
+pub mod sample;
 pub mod segment;
+pub mod stream;
+#[cfg(test)]
+mod stream_tests;
 pub mod topk;
 
 use std::ops::Range;
@@ -29,7 +36,7 @@ use arrow_array::{Array, BooleanArray, RecordBatch, UInt64Array};
 use arrow_schema::DataType;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, LanceFileWriter, RelativePath};
 use serde::{Deserialize, Serialize};
@@ -42,7 +49,6 @@ use super::{
     IndexContext, IndexParams, IndexSegmentReader, IndexType, Metric, Translator,
     MAX_TRANSLATION_BATCH,
 };
-use build::{train_centroids, CollectedVectors, PartitionPlan};
 pub use distance::distance;
 use layout::{
     addresses_path, partition_column, vectors_path, vectors_schema, IvfLayout, LAYOUT_BUFFER_KEY,
@@ -308,31 +314,12 @@ impl IndexType for IvfFlatIndex {
         &self,
         ctx: &IndexContext,
         dir: &RelativePath,
-        mut input: BoxStream<'_, Result<RecordBatch>>,
+        input: BoxStream<'_, Result<RecordBatch>>,
         params: &IndexParams,
     ) -> Result<Vec<u8>> {
-        let metric = params.metric.unwrap_or_default();
-        let mut vectors = CollectedVectors::default();
-        while let Some(batch) = input.next().await {
-            vectors.add_batch(&batch?)?;
-        }
-        // Validate the parameters even when there is nothing to train on.
-        build::partition_count(params, vectors.len())?;
-        let centroids = if vectors.is_empty() {
-            Vec::new()
-        } else {
-            train_centroids(&vectors, params, metric)?
-        };
-        let plan = PartitionPlan::new(&vectors, centroids, metric);
-        write_files(
-            ctx,
-            dir,
-            plan.layout.dim,
-            plan.batches(&vectors),
-            &plan.layout,
-        )
-        .await?;
-        IvfFlatDetails::for_layout(&plan.layout, metric)?.encode()
+        let (details, _) =
+            stream::build(ctx, dir, input, params, stream::BuildLimits::default()).await?;
+        Ok(details)
     }
 
     async fn open(
