@@ -5,4 +5,5 @@ mod common;
 mod concurrency;
 mod format_errors;
 mod read_write;
+mod row_selection;
 mod versions;
