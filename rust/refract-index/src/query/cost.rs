@@ -69,12 +69,15 @@ impl Work {
         work
     }
 
-    /// The cheapest the index path could be for `rows` matches: one fragment,
-    /// one range.
-    pub fn best_case(rows: u64) -> Self {
+    /// The cheapest the index path could be for `rows` matches in fragments
+    /// like the ones `scan` reads: the rows packed contiguously into as few
+    /// fragments as can hold them, one range each.
+    pub fn best_case(rows: u64, scan: &Work) -> Self {
+        let per_fragment = (scan.rows / scan.fragments.max(1)).max(1);
+        let fragments = rows.div_ceil(per_fragment).max(1);
         Work {
-            fragments: 1,
-            ranges: 1,
+            fragments,
+            ranges: fragments,
             rows,
         }
     }
@@ -125,7 +128,26 @@ mod tests {
             rows: 1_000_000,
         }
         .cost();
-        assert!(index_wins(Work::best_case(1).cost(), scan));
+        let scan_work = Work {
+            fragments: 1_000,
+            ranges: 1_000,
+            rows: 1_000_000,
+        };
+        assert_eq!(scan_work.cost(), scan);
+        assert!(index_wins(Work::best_case(1, &scan_work).cost(), scan));
+        // Even packed contiguously, 90% of the rows cost more than 0.8 of the scan.
+        assert_eq!(
+            Work::best_case(900_000, &scan_work),
+            Work {
+                fragments: 900,
+                ranges: 900,
+                rows: 900_000
+            }
+        );
+        assert!(!index_wins(
+            Work::best_case(900_000, &scan_work).cost(),
+            scan
+        ));
         // Every 10th row of every fragment: each fragment is read almost whole.
         let mut tenth = RoaringTreemap::new();
         for fragment in 0..1_000u64 {

@@ -119,7 +119,7 @@ async fn consider(
         scan_work,
     };
     if let Some(upper) = estimated_rows.filter(|_| !forced) {
-        if !index_wins(Work::best_case(upper).cost(), scan_cost) {
+        if !index_wins(Work::best_case(upper, &scan_work).cost(), scan_cost) {
             explain.reason = format!(
                 "index '{}' would match up to {upper} of the {} rows it covers: scanning (cost {scan_cost}) is cheaper",
                 chosen.name, scan_work.rows
