@@ -85,7 +85,7 @@ mod tests {
     #[case::run(vec![3, 4, 5], 0, vec![3..6])]
     #[case::gap_within(vec![1, 6], 4, vec![1..7])]
     #[case::gap_beyond(vec![1, 7], 4, vec![1..2, 7..8])]
-    #[case::mixed(vec![0, 1, 2, 10, 20, 21, 40], 8, vec![0..3, 10..11, 20..22, 40..41])]
+    #[case::mixed(vec![0, 1, 2, 10, 20, 21, 40], 7, vec![0..11, 20..22, 40..41])]
     fn coalesces_runs_and_short_gaps(
         #[case] offsets: Vec<u32>,
         #[case] gap: u32,
