@@ -7,7 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
-use refract_index::query::Query;
+use refract_index::query::{IndexUse, Query};
 use refract_table::dataset::Dataset;
 use serde_json::Value;
 
@@ -57,7 +57,10 @@ pub async fn indexed_query_matches_scan(
     dataset: &Dataset,
     index_type: &str,
 ) -> Result<bool, BoxError> {
-    let query = Query::new(dataset).project(&["id"]);
+    // Forced: the check is about the index's answer, whatever the planner would pick.
+    let query = Query::new(dataset)
+        .project(&["id"])
+        .index_use(IndexUse::Always);
     let query = match index_type {
         "btree" => query.filter("id >= 1000 AND id < 1100")?,
         "bitmap" => query.filter("category = 3 AND id < 5000")?,

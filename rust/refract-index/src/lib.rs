@@ -18,7 +18,7 @@ pub use manage::{
     create_index, create_index_with, describe_index, drop_index, list_indices, optimize_indices,
     optimize_indices_with, IndexSummary, SegmentSummary,
 };
-pub use query::{Explain, Query, QueryResult, SegmentExplain};
+pub use query::{AccessPath, CostEstimate, Explain, IndexUse, Query, QueryResult, SegmentExplain};
 pub use registry::{IndexRegistry, RegisteredType};
 pub use remap::{
     apply_index_rewrite, remap_indices_for_rewrite, remap_segment, IndexRewrite, RemapOptions,

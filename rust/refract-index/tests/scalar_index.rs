@@ -19,7 +19,7 @@ use refract_index::types::{
 };
 use refract_index::{
     create_index, create_index_with, describe_index, drop_index, list_indices, optimize_indices,
-    IndexRegistry, Query,
+    IndexRegistry, IndexUse, Query,
 };
 use refract_table::io::{index_dir, LanceFileReader, RelativePath};
 use refract_table::{Dataset, IndexMetadata, Operation, Session};
@@ -496,6 +496,7 @@ async fn legacy_plugin_fallback(#[case] budget_bytes: u64, #[case] declined: boo
             .with_registry(Arc::new(registry.clone()))
             .filter(filter)
             .unwrap()
+            .index_use(IndexUse::Always)
             .execute()
             .await
             .unwrap();

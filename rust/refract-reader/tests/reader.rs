@@ -32,9 +32,11 @@ fn summary(resolved: &[ResolvedSegment]) -> Vec<(Vec<u64>, bool, usize)> {
 }
 
 async fn fri_query(ds: &Dataset, filter: &str) -> refract_core::Result<refract_index::QueryResult> {
+    // Forced: these tests are about the answers served through the FRI.
     Query::new(ds)
         .filter(filter)?
         .with_resolver(Arc::new(FriResolver::with_mode(ChunkCacheMode::Lazy)))
+        .index_use(refract_index::IndexUse::Always)
         .execute()
         .await
 }

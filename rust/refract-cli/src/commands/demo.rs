@@ -14,7 +14,7 @@ use refract_core::{Error, Result};
 use std::sync::Arc;
 
 use refract_index::manage::{build_segment, create_index, optimize_indices, segments_of};
-use refract_index::query::Query;
+use refract_index::query::{IndexUse, Query};
 use refract_index::registry::IndexRegistry;
 use refract_index::types::IndexParams;
 use refract_optimize::compaction::{compact_files, CompactionOptions};
@@ -476,10 +476,12 @@ async fn check_queries(dataset: &Dataset, when: &str, summary: &mut Summary) -> 
     let started = Instant::now();
     let mut translated = 0usize;
     for filter in CHECK_FILTERS {
+        // The index path is forced so every check exercises the index.
         let indexed = Query::new(dataset)
             .with_resolver(Arc::new(FriResolver::from_env()))
             .filter(filter)?
             .project(&["id"])
+            .index_use(IndexUse::Always)
             .execute()
             .await?;
         let scanned = Query::new(dataset)

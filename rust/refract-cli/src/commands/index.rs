@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use refract_core::{Error, Result};
 use refract_index::manage::{create_index, list_indices, optimize_indices};
-use refract_index::query::{Explain, Query};
+use refract_index::query::{AccessPath, Explain, Query};
 use refract_index::types::IndexParams;
 use refract_reader::FriResolver;
 use refract_table::dataset::Dataset;
@@ -100,12 +100,20 @@ pub fn build_query(dataset: &Dataset, request: &QueryRequest) -> Result<Query> {
     Ok(query)
 }
 
-/// One line per serving segment and the scanned fragments.
+/// The index used, the path taken and why, one line per serving segment,
+/// and the scanned fragments.
 pub fn render_explain(explain: &Explain) -> String {
     let mut out = format!(
         "index: {}\n",
         explain.index.as_deref().unwrap_or("none (full scan)")
     );
+    if !explain.reason.is_empty() {
+        let path = match explain.path {
+            AccessPath::Index => "index",
+            AccessPath::Scan => "scan",
+        };
+        out.push_str(&format!("path: {path} ({})\n", explain.reason));
+    }
     for segment in &explain.segments {
         out.push_str(&format!(
             "  segment {} ({}): fragments {:?}, {}, {}\n",

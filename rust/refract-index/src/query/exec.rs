@@ -1,6 +1,5 @@
 //! Filter execution (see the module docs of [`crate::query`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
@@ -9,11 +8,12 @@ use futures::TryStreamExt;
 use refract_core::{Error, Result};
 use refract_table::io::index_dir;
 use refract_table::predicate::Expr;
-use refract_table::{Dataset, IndexMetadata, ROW_ADDRESS_COLUMN};
+use refract_table::{Dataset, IndexMetadata, RowSelection, ROW_ADDRESS_COLUMN};
 use roaring::{RoaringBitmap, RoaringTreemap};
 
-use super::plan::{and_all, conjuncts, indexable};
-use super::{Explain, Query, QueryResult, SegmentExplain};
+use super::cost::{index_wins, Work, INDEX_COST_MARGIN};
+use super::plan::{conjuncts, indexable};
+use super::{AccessPath, CostEstimate, Explain, IndexUse, Query, QueryResult, SegmentExplain};
 use crate::manage::{index_context, user_segments};
 use crate::resolver::ResolvedSegment;
 use crate::translate::MAX_TRANSLATION_BATCH;
@@ -48,42 +48,119 @@ impl Chosen {
 pub(crate) async fn execute(query: &Query) -> Result<QueryResult> {
     let dataset = &query.dataset;
     let output = output_columns(query)?;
-    let parts = query.filter.as_ref().map(conjuncts).unwrap_or_default();
     let mut explain = Explain::default();
-    let mut pieces = Vec::new();
-    let mut covered = RoaringBitmap::new();
-    if query.use_index {
-        for candidate in indexable(&parts) {
-            let Some(chosen) = choose(query, &candidate.column, &candidate.query).await? else {
-                continue;
-            };
-            covered = chosen.covered();
-            let (addrs, exact) = search_segments(&chosen, &candidate.query, &mut explain).await?;
-            let residual = if exact {
-                let rest: Vec<Expr> = parts
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| *i != candidate.position)
-                    .map(|(_, e)| e.clone())
-                    .collect();
-                and_all(rest)
-            } else {
-                query.filter.clone()
-            };
-            let live = drop_deleted(dataset, addrs).await?;
-            pieces.push(fetch(dataset, &live, &output, residual.as_ref()).await?);
-            explain.index = Some(chosen.name);
-            break;
+    let mut route: Option<(RoaringBitmap, RowSelection)> = None;
+    match (&query.filter, query.index_use) {
+        (None, _) => explain.reason = "no filter".to_string(),
+        (Some(_), IndexUse::Never) => explain.reason = "index use disabled".to_string(),
+        (Some(filter), _) => {
+            for candidate in indexable(&conjuncts(filter)) {
+                let Some(chosen) = choose(query, &candidate.column, &candidate.query).await? else {
+                    continue;
+                };
+                route = consider(query, chosen, &candidate.query, &mut explain).await?;
+                if route.is_some() {
+                    break;
+                }
+            }
+            if explain.considered.is_empty() {
+                explain.reason = "no index answers a conjunct of the filter".to_string();
+            }
         }
     }
-    let uncovered = uncovered_fragments(dataset, &covered);
-    if !uncovered.is_empty() {
-        pieces.push(scan(dataset, &output, query.filter.as_ref(), &uncovered).await?);
-    }
-    explain.scanned_fragments = uncovered;
-    let schema = output_schema(dataset, &output, false)?;
-    let batch = merge_in_scan_order(dataset, &schema, pieces)?;
+    let (covered, selection) = route.unwrap_or_default();
+    // Covered fragments the index found no row in are not read at all.
+    let fragments: Vec<u64> = dataset
+        .fragments()
+        .iter()
+        .map(|f| f.id)
+        .filter(|id| {
+            selection.get(*id).is_some()
+                || u32::try_from(*id).map_or(true, |id| !covered.contains(id))
+        })
+        .collect();
+    explain.scanned_fragments = uncovered_fragments(dataset, &covered);
+    let batch = scan(
+        dataset,
+        &output,
+        query.filter.as_ref(),
+        &fragments,
+        selection,
+    )
+    .await?;
     Ok(QueryResult { batch, explain })
+}
+
+/// Decides whether `chosen` serves the query: declines before searching when
+/// the segments' own estimate already rules the index out, else searches and
+/// compares reading the live matches with scanning the covered fragments.
+/// Returns the covered fragments and the rows to read when the index wins.
+async fn consider(
+    query: &Query,
+    chosen: Chosen,
+    index_query: &IndexQuery,
+    explain: &mut Explain,
+) -> Result<Option<(RoaringBitmap, RowSelection)>> {
+    let dataset = &query.dataset;
+    let forced = query.index_use == IndexUse::Always;
+    let covered = chosen.covered();
+    let scan_work = Work::scan(dataset, &covered);
+    let scan_cost = scan_work.cost();
+    let estimated_rows: Option<u64> = chosen
+        .served
+        .iter()
+        .map(|s| s.reader.estimate_rows(index_query))
+        .sum();
+    let mut estimate = CostEstimate {
+        index: chosen.name.clone(),
+        estimated_rows,
+        matched_rows: None,
+        index_work: None,
+        scan_work,
+    };
+    if let Some(upper) = estimated_rows.filter(|_| !forced) {
+        if !index_wins(Work::best_case(upper, &scan_work).cost(), scan_cost) {
+            explain.reason = format!(
+                "index '{}' would match up to {upper} of the {} rows it covers: scanning (cost {scan_cost}) is cheaper",
+                chosen.name, scan_work.rows
+            );
+            explain.considered.push(estimate);
+            return Ok(None);
+        }
+    }
+    let mut segments = Vec::new();
+    let addrs = search_segments(&chosen, index_query, &mut segments).await?;
+    let live = drop_deleted(dataset, addrs).await?;
+    let index_work = Work::index(&live);
+    let index_cost = index_work.cost();
+    estimate.matched_rows = Some(live.len());
+    estimate.index_work = Some(index_work);
+    explain.considered.push(estimate);
+    let reading = format!(
+        "index '{}' matched {} rows: reading them ({} fragments, {} ranges, {} rows; cost {index_cost})",
+        chosen.name,
+        live.len(),
+        index_work.fragments,
+        index_work.ranges,
+        index_work.rows
+    );
+    let scanning = format!(
+        "scanning {} rows of {} fragments (cost {scan_cost})",
+        scan_work.rows, scan_work.fragments
+    );
+    if forced {
+        explain.reason = format!("index use forced; {reading}");
+    } else if index_wins(index_cost, scan_cost) {
+        explain.reason =
+            format!("{reading} is cheaper than {scanning}, at most {INDEX_COST_MARGIN} of it");
+    } else {
+        explain.reason = format!("{reading} is not clearly cheaper than {scanning}");
+        return Ok(None);
+    }
+    explain.index = Some(chosen.name);
+    explain.segments = segments;
+    explain.path = AccessPath::Index;
+    Ok(Some((covered, RowSelection::from_addresses(&live))))
 }
 
 /// Finds a user index on `column` whose segments can answer `index_query`.
@@ -155,22 +232,18 @@ async fn serve(
     Ok(served)
 }
 
-/// Searches every served segment; returns current addresses and whether all
-/// results were exact.
+/// Searches every served segment; returns current addresses (exact matches
+/// or candidates: the scan rechecks the whole filter on every row).
 async fn search_segments(
     chosen: &Chosen,
     index_query: &IndexQuery,
-    explain: &mut Explain,
-) -> Result<(RoaringTreemap, bool)> {
+    segments: &mut Vec<SegmentExplain>,
+) -> Result<RoaringTreemap> {
     let mut all = RoaringTreemap::new();
-    let mut exact = true;
     for served in &chosen.served {
         let (stored, kind) = match served.reader.search(index_query).await? {
             SearchResult::Exact(set) => (set, "exact"),
-            SearchResult::Candidates(set) => {
-                exact = false;
-                (set, "candidates")
-            }
+            SearchResult::Candidates(set) => (set, "candidates"),
             SearchResult::Scored(_) => {
                 return Err(Error::invalid_input(format!(
                     "segment {} returned scored results for a filter",
@@ -179,11 +252,9 @@ async fn search_segments(
             }
         };
         all |= current_addresses(&served.resolved, stored).await?;
-        explain
-            .segments
-            .push(segment_explain(&served.resolved, kind));
+        segments.push(segment_explain(&served.resolved, kind));
     }
-    Ok((all, exact))
+    Ok(all)
 }
 
 pub(crate) fn segment_explain(resolved: &ResolvedSegment, kind: &str) -> SegmentExplain {
@@ -262,21 +333,6 @@ pub(crate) fn uncovered_fragments(dataset: &Dataset, covered: &RoaringBitmap) ->
         .collect()
 }
 
-/// Addresses in scan order: fragment position, then offset.
-pub(crate) fn scan_order(dataset: &Dataset, addrs: &RoaringTreemap) -> Vec<u64> {
-    let by_fragment: BTreeMap<u32, &RoaringBitmap> = addrs.bitmaps().collect();
-    let mut out = Vec::with_capacity(usize::try_from(addrs.len()).unwrap_or(0));
-    for fragment in dataset.fragments() {
-        let Ok(id) = u32::try_from(fragment.id) else {
-            continue;
-        };
-        if let Some(offsets) = by_fragment.get(&id) {
-            out.extend(offsets.iter().map(|o| (u64::from(id) << 32) | u64::from(o)));
-        }
-    }
-    out
-}
-
 /// The projected columns (default: all).
 pub(crate) fn output_columns(query: &Query) -> Result<Vec<String>> {
     let schema = query.dataset.schema();
@@ -312,18 +368,6 @@ pub(crate) fn output_schema(
         fields.push(Field::new(super::DISTANCE_COLUMN, DataType::Float32, false));
     }
     Ok(Arc::new(Schema::new(fields)))
-}
-
-/// Fetches `addrs` in scan order with `columns` + `_rowaddr`, keeping rows that
-/// match `residual`.
-pub(crate) async fn fetch(
-    dataset: &Dataset,
-    addrs: &RoaringTreemap,
-    columns: &[String],
-    residual: Option<&Expr>,
-) -> Result<RecordBatch> {
-    let ordered = scan_order(dataset, addrs);
-    fetch_ordered(dataset, &ordered, columns, residual).await
 }
 
 /// Fetches `ordered` addresses (kept in that order) as `columns` + `_rowaddr`,
@@ -371,19 +415,22 @@ pub(crate) async fn fetch_ordered(
     concat(&out_schema, &batches)
 }
 
-/// Scans `fragments` with `filter`, returning `columns` + `_rowaddr`.
+/// Scans `fragments` (only the selected rows of those `selection` restricts)
+/// with `filter`, returning `columns` + `_rowaddr` in scan order.
 async fn scan(
     dataset: &Dataset,
     columns: &[String],
     filter: Option<&Expr>,
     fragments: &[u64],
+    selection: RowSelection,
 ) -> Result<RecordBatch> {
     let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
     let mut scanner = dataset
         .scan()
         .project(&refs)
         .with_row_address()
-        .fragments(fragments);
+        .fragments(fragments)
+        .select_rows(selection);
     if let Some(expr) = filter {
         scanner = scanner.filter_expr(expr.clone());
     }
@@ -415,44 +462,4 @@ pub(crate) fn project(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordB
 pub(crate) fn concat(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<RecordBatch> {
     arrow::compute::concat_batches(schema, batches)
         .map_err(|e| Error::external("concatenating query output", e))
-}
-
-/// Concatenates pieces (each in scan order) and orders all rows by scan order.
-fn merge_in_scan_order(
-    dataset: &Dataset,
-    schema: &SchemaRef,
-    pieces: Vec<RecordBatch>,
-) -> Result<RecordBatch> {
-    let all = concat(schema, &pieces)?;
-    if pieces.len() <= 1 {
-        return Ok(all);
-    }
-    let positions: BTreeMap<u64, u64> = dataset
-        .fragments()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (f.id, i as u64))
-        .collect();
-    let addrs = all
-        .column_by_name(ROW_ADDRESS_COLUMN)
-        .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
-        .ok_or_else(|| Error::invalid_input("query output lacks _rowaddr"))?;
-    let keys: UInt64Array = addrs
-        .values()
-        .iter()
-        .map(|a| {
-            let position = positions.get(&(a >> 32)).copied().unwrap_or(u64::MAX >> 32);
-            (position << 32) | (a & 0xFFFF_FFFF)
-        })
-        .collect();
-    let order = arrow::compute::sort_to_indices(&keys, None, None)
-        .map_err(|e| Error::external("ordering query output", e))?;
-    let columns = all
-        .columns()
-        .iter()
-        .map(|c| arrow::compute::take(c.as_ref(), &order, None))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::external("ordering query output", e))?;
-    RecordBatch::try_new(schema.clone(), columns)
-        .map_err(|e| Error::external("ordering query output", e))
 }

@@ -33,7 +33,7 @@ pub(crate) async fn execute(query: &Query, req: &NearestRequest) -> Result<Query
     let mut explain = Explain::default();
     let mut hits: Vec<(f32, u64)> = Vec::new();
     let mut covered = roaring::RoaringBitmap::new();
-    if query.use_index && req.k > 0 {
+    if query.index_use != super::IndexUse::Never && req.k > 0 {
         if let Some(chosen) = choose(query, &req.column, &index_query).await? {
             covered = chosen.covered();
             for served in &chosen.served {

@@ -1,16 +1,21 @@
 //! Index-aware query execution.
 //!
-//! A filter query picks one index that can answer a top-level conjunct, asks
-//! every segment the resolver says serves live fragments, translates stored
-//! addresses when the resolver says so, drops deleted rows, fetches the rows,
-//! applies the rest of the filter (the whole filter when a segment only
-//! returned candidates), and unions that with a filtered scan of the live
-//! fragments no segment serves. Rows come back in scan order (fragment
-//! position, then offset), exactly as a brute-force scan returns them.
+//! A filter query considers the indices that can answer a top-level conjunct.
+//! For each, it asks every segment the resolver says serves live fragments,
+//! translates stored addresses when the resolver says so and drops deleted
+//! rows; then [`cost`] compares reading those rows (coalesced ranged reads)
+//! with scanning the covered fragments, and the first index that is clearly
+//! cheaper is used. A btree declines before searching when its page lookup
+//! shows the answer is too large. One scan then reads the chosen index's rows
+//! in the covered fragments and every row of the fragments no segment serves,
+//! rechecking the whole filter on every row. Rows come back in scan order
+//! (fragment position, then offset), exactly as a brute-force scan returns
+//! them. [`Explain`] says which path was taken and why.
 //!
 //! A nearest-neighbour query merges each serving segment's top hits with
 //! exact distances computed over the unserved fragments.
 
+pub mod cost;
 mod exec;
 mod knn;
 pub mod plan;
@@ -48,6 +53,46 @@ pub struct SegmentExplain {
     pub result: String,
 }
 
+/// How a filter query read the fragments an index covers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessPath {
+    /// Every fragment was scanned with the filter.
+    #[default]
+    Scan,
+    /// The rows an index returned were read (and rechecked).
+    Index,
+}
+
+/// Whether a filter query may use an index.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexUse {
+    /// Use an index when the cost model says it reads less than the scan.
+    #[default]
+    Auto,
+    /// Use the first index that can answer a conjunct, whatever it costs
+    /// (tests of the index path, diagnostics).
+    Always,
+    /// Never use an index (reference results, benchmarks).
+    Never,
+}
+
+/// The planner's figures for one index it considered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CostEstimate {
+    /// The logical index.
+    pub index: String,
+    /// Upper bound on its answer known before searching (btree page lookup).
+    pub estimated_rows: Option<u64>,
+    /// Live rows it returned (`None`: declined before searching).
+    pub matched_rows: Option<u64>,
+    /// What reading its rows would read (`None`: declined before searching).
+    pub index_work: Option<cost::Work>,
+    /// What scanning the fragments it covers reads.
+    pub scan_work: cost::Work,
+}
+
 /// What a query did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Explain {
@@ -57,6 +102,12 @@ pub struct Explain {
     pub segments: Vec<SegmentExplain>,
     /// Live fragments scanned without an index, in scan order.
     pub scanned_fragments: Vec<u64>,
+    /// How the covered fragments were read (filter queries).
+    pub path: AccessPath,
+    /// Why that path was taken, one line.
+    pub reason: String,
+    /// The indices considered, in the order they were.
+    pub considered: Vec<CostEstimate>,
 }
 
 /// Rows and the explanation of how they were found.
@@ -87,7 +138,7 @@ pub struct Query {
     pub(crate) nearest: Option<NearestRequest>,
     pub(crate) resolver: Arc<dyn SegmentResolver>,
     pub(crate) registry: Arc<IndexRegistry>,
-    pub(crate) use_index: bool,
+    pub(crate) index_use: IndexUse,
 }
 
 impl Query {
@@ -100,7 +151,7 @@ impl Query {
             nearest: None,
             resolver: Arc::new(DirectResolver),
             registry: Arc::new(IndexRegistry::with_builtins()),
-            use_index: true,
+            index_use: IndexUse::Auto,
         }
     }
 
@@ -154,9 +205,19 @@ impl Query {
         self
     }
 
-    /// `false` forces a brute-force scan (reference results, benchmarks).
-    pub fn use_index(mut self, use_index: bool) -> Self {
-        self.use_index = use_index;
+    /// `false` forces a brute-force scan (reference results, benchmarks);
+    /// `true` restores the default, [`IndexUse::Auto`].
+    pub fn use_index(self, use_index: bool) -> Self {
+        self.index_use(if use_index {
+            IndexUse::Auto
+        } else {
+            IndexUse::Never
+        })
+    }
+
+    /// Whether and how a filter may use an index (default [`IndexUse::Auto`]).
+    pub fn index_use(mut self, index_use: IndexUse) -> Self {
+        self.index_use = index_use;
         self
     }
 

@@ -176,6 +176,15 @@ pub trait IndexSegmentReader: Send + Sync {
     /// Answers `query` with stored addresses.
     async fn search(&self, query: &IndexQuery) -> Result<SearchResult>;
 
+    /// An upper bound on the addresses [`IndexSegmentReader::search`] would
+    /// return for `query`, from what the opened segment holds in memory (no
+    /// I/O); `None` when the type cannot tell without searching. The query
+    /// planner declines the index before searching when this alone shows a
+    /// scan is cheaper.
+    fn estimate_rows(&self, _query: &IndexQuery) -> Option<u64> {
+        None
+    }
+
     /// Every stored address, ascending (diagnostics and tests).
     async fn stored_addresses(&self) -> Result<RoaringTreemap>;
 }

@@ -14,7 +14,7 @@ use refract_core::materialize::MaterializeBudget;
 use refract_core::remap::{FragmentRows, RewriteGroupInput};
 use refract_core::{Result, RowAddrRemap};
 use refract_index::{
-    apply_index_rewrite, remap_indices_for_rewrite, IndexRegistry, Query, RewrittenGroup,
+    apply_index_rewrite, remap_indices_for_rewrite, IndexRegistry, IndexUse, Query, RewrittenGroup,
     SkipReport,
 };
 use refract_table::{
@@ -82,26 +82,32 @@ pub async fn brute_force(ds: &Dataset, filter: &str) -> RecordBatch {
         .unwrap()
 }
 
-/// Asserts that the index-aware query equals the scan exactly; returns the explain.
+/// Asserts that the query equals the scan exactly, both with the index path
+/// forced and with the planner's choice; returns the forced run's explain.
 pub async fn assert_query_matches(ds: &Dataset, filter: &str) -> refract_index::Explain {
     let expected = brute_force(ds, filter).await;
-    let result = Query::new(ds)
-        .filter(filter)
-        .unwrap()
-        .execute()
-        .await
-        .unwrap();
-    assert_eq!(
-        result.batch.columns(),
-        expected.columns(),
-        "filter {filter}: index result differs from scan (explain {:?})",
-        result.explain
-    );
-    assert_eq!(
-        result.batch.schema().fields().len(),
-        expected.schema().fields().len()
-    );
-    result.explain
+    let mut explains = Vec::new();
+    for index_use in [IndexUse::Always, IndexUse::Auto] {
+        let result = Query::new(ds)
+            .filter(filter)
+            .unwrap()
+            .index_use(index_use)
+            .execute()
+            .await
+            .unwrap();
+        assert_eq!(
+            result.batch.columns(),
+            expected.columns(),
+            "filter {filter} ({index_use:?}): query result differs from scan (explain {:?})",
+            result.explain
+        );
+        assert_eq!(
+            result.batch.schema().fields().len(),
+            expected.schema().fields().len()
+        );
+        explains.push(result.explain);
+    }
+    explains.swap_remove(0)
 }
 
 /// Addresses of every live row of `fragment_ids`.

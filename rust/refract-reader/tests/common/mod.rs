@@ -15,7 +15,7 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::TryStreamExt;
 use refract_core::Result;
-use refract_index::{create_index, IndexParams, Query, QueryResult};
+use refract_index::{create_index, IndexParams, IndexUse, Query, QueryResult};
 use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
 use refract_reader::rowmap::RowMapWriter;
 use refract_reader::{ChunkCacheMode, FriResolver, FRI_INDEX_NAME, FRI_INDEX_TYPE};
@@ -554,10 +554,12 @@ pub const INDICES: [(&str, &str, &str); 3] = [
 /// Runs `filter` through the FRI resolver and as a brute-force scan, asserts
 /// identical rows (values and addresses, in order), returns the FRI result.
 pub async fn check(ds: &Dataset, filter: &str, mode: ChunkCacheMode) -> QueryResult {
+    // The index path is forced: these checks are about translated answers.
     let fri = Query::new(ds)
         .filter(filter)
         .unwrap()
         .with_resolver(Arc::new(FriResolver::with_mode(mode)))
+        .index_use(IndexUse::Always)
         .execute()
         .await
         .unwrap_or_else(|e| panic!("{filter}: {e}"));

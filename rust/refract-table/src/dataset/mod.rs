@@ -3,6 +3,7 @@
 
 mod delete;
 mod scan;
+pub mod selection;
 mod take;
 mod versions;
 mod write;
@@ -23,6 +24,7 @@ use crate::transaction::{Operation, Transaction};
 
 pub use delete::DeleteResult;
 pub use scan::{Scanner, ROW_ADDRESS_COLUMN};
+pub use selection::{coalesced_ranges, RowSelection, COALESCE_GAP_ROWS};
 pub use versions::VersionInfo;
 pub use write::WriteOptions;
 

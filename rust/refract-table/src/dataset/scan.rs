@@ -1,5 +1,6 @@
 //! Scans: fragments in positional order, then offsets; deletions applied;
-//! optional predicate, projection, row addresses and limit. Batches stream
+//! optional predicate, projection, row addresses, limit and row selection
+//! (the rows an index returned, read as coalesced ranges). Batches stream
 //! straight from the Lance readers; masks and address columns are built per
 //! batch with no per-row allocation.
 
@@ -15,6 +16,7 @@ use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use refract_core::{row_address, DeletionVector, Error, Result};
 
+use super::selection::{coalesced_ranges, RowSelection, COALESCE_GAP_ROWS};
 use super::{single_data_file, Dataset};
 use crate::format::Fragment;
 use crate::io::lance_files::{LanceFileReader, PREFETCH_LIMIT_BYTES};
@@ -50,6 +52,7 @@ pub struct Scanner {
     fragment_ids: Option<Vec<u64>>,
     batch_size: usize,
     one_pass: bool,
+    selection: Option<Arc<RowSelection>>,
 }
 
 /// Everything one fragment's batches need, shared across its batches.
@@ -62,6 +65,7 @@ struct BatchPlan {
     with_row_address: bool,
     output_schema: SchemaRef,
     one_pass: bool,
+    selection: Option<Arc<RowSelection>>,
 }
 
 impl Dataset {
@@ -76,6 +80,7 @@ impl Dataset {
             fragment_ids: None,
             batch_size: DEFAULT_SCAN_BATCH_SIZE,
             one_pass: false,
+            selection: None,
         }
     }
 
@@ -153,6 +158,16 @@ impl Scanner {
         self
     }
 
+    /// Reads only the selected offsets of the fragments `selection` restricts
+    /// (others are read whole): a fragment reads the coalesced row ranges
+    /// holding its selected live offsets in one ranged read, drops the other
+    /// rows of those ranges, and is not opened when none is selected. The
+    /// filter still applies to every selected row; order stays scan order.
+    pub fn select_rows(mut self, selection: RowSelection) -> Self {
+        self.selection = Some(Arc::new(selection));
+        self
+    }
+
     /// The schema of the batches this scan yields.
     pub fn output_schema(&self) -> Result<SchemaRef> {
         Ok(self.plan()?.output_schema)
@@ -199,8 +214,14 @@ impl Scanner {
 
     fn selected_fragments(&self) -> Result<Vec<Fragment>> {
         let all = &self.dataset.manifest.fragments;
+        let selected = |fragment: &Fragment| {
+            self.selection
+                .as_ref()
+                .and_then(|selection| selection.get(fragment.id))
+                .is_none_or(|offsets| !offsets.is_empty())
+        };
         let Some(ids) = &self.fragment_ids else {
-            return Ok(all.clone());
+            return Ok(all.iter().filter(|f| selected(f)).cloned().collect());
         };
         if let Some(missing) = ids
             .iter()
@@ -214,7 +235,7 @@ impl Scanner {
         let wanted: HashSet<u64> = ids.iter().copied().collect();
         Ok(all
             .iter()
-            .filter(|fragment| wanted.contains(&fragment.id))
+            .filter(|fragment| wanted.contains(&fragment.id) && selected(fragment))
             .cloned()
             .collect())
     }
@@ -264,6 +285,7 @@ impl Scanner {
             with_row_address: self.with_row_address,
             output_schema: Arc::new(Schema::new(output_fields)),
             one_pass: self.one_pass,
+            selection: self.selection.clone(),
         })
     }
 }
@@ -333,10 +355,27 @@ async fn fragment_stream(
         dataset.fragment_reader(&fragment).await?
     };
     let columns: Vec<&str> = plan.read_columns.iter().map(String::as_str).collect();
+    let fragment_id = fragment.id;
+    if let Some(offsets) = plan.selection.as_ref().and_then(|s| s.get(fragment_id)) {
+        let wanted = offsets - deletions.bitmap();
+        let ranges = coalesced_ranges(&wanted, COALESCE_GAP_ROWS);
+        let batches = reader
+            .read_ranges(&ranges, Some(&columns), batch_size)
+            .await?;
+        let processed = batches
+            .scan(RangeCursor::new(ranges), move |cursor, batch| {
+                let result = batch.and_then(|batch| {
+                    let offsets = cursor.next_offsets(batch.num_rows())?;
+                    process_selected_batch(&plan, fragment_id, &wanted, &offsets, &batch)
+                });
+                futures::future::ready(Some(result))
+            })
+            .try_filter(|batch| futures::future::ready(batch.num_rows() > 0));
+        return Ok(processed.boxed());
+    }
     let batches = reader
         .read_range(0..fragment.physical_rows, Some(&columns), batch_size)
         .await?;
-    let fragment_id = fragment.id;
     let processed = batches
         .scan(0u64, move |next_offset, batch| {
             let result = batch.and_then(|batch| {
@@ -350,6 +389,72 @@ async fn fragment_stream(
     Ok(processed.boxed())
 }
 
+/// Walks the offsets of coalesced ranges batch by batch (a batch of a ranged
+/// read may span ranges).
+struct RangeCursor {
+    ranges: std::vec::IntoIter<std::ops::Range<u64>>,
+    current: std::ops::Range<u64>,
+}
+
+impl RangeCursor {
+    fn new(ranges: Vec<std::ops::Range<u64>>) -> Self {
+        Self {
+            ranges: ranges.into_iter(),
+            current: 0..0,
+        }
+    }
+
+    /// The offsets of the next `rows` rows read.
+    fn next_offsets(&mut self, rows: usize) -> Result<Vec<u32>> {
+        let mut offsets = Vec::with_capacity(rows);
+        while offsets.len() < rows {
+            if self.current.is_empty() {
+                self.current = self.ranges.next().ok_or_else(|| {
+                    Error::corrupt("data file", "a ranged read returned more rows than asked")
+                })?;
+            }
+            let offset = self.current.start;
+            self.current.start += 1;
+            offsets.push(u32::try_from(offset).map_err(|_| {
+                Error::corrupt(
+                    "data file",
+                    format!("row offset {offset} exceeds the 2^32 rows a fragment can address"),
+                )
+            })?);
+        }
+        Ok(offsets)
+    }
+}
+
+/// Keeps the rows of a ranged-read batch at `offsets` that are in `wanted`
+/// (selected and live) and match the filter; adds row addresses, projects.
+fn process_selected_batch(
+    plan: &BatchPlan,
+    fragment_id: u64,
+    wanted: &roaring::RoaringBitmap,
+    offsets: &[u32],
+    batch: &RecordBatch,
+) -> Result<RecordBatch> {
+    let mut selected = BooleanBufferBuilder::new(offsets.len());
+    for offset in offsets {
+        selected.append(wanted.contains(*offset));
+    }
+    let fragment = u32::try_from(fragment_id).map_err(|_| {
+        Error::corrupt("manifest", format!("fragment id {fragment_id} exceeds u32"))
+    })?;
+    let addresses = || {
+        Ok(UInt64Array::from_iter_values(
+            offsets.iter().map(|offset| row_address(fragment, *offset)),
+        ))
+    };
+    finish_batch(
+        plan,
+        batch,
+        Some(BooleanArray::new(selected.finish(), None)),
+        addresses,
+    )
+}
+
 /// Applies deletions and the filter, adds row addresses, projects.
 fn process_batch(
     plan: &BatchPlan,
@@ -359,7 +464,21 @@ fn process_batch(
     batch: &RecordBatch,
 ) -> Result<RecordBatch> {
     let rows = batch.num_rows();
-    let mut mask = deletion_mask(deletions, start, rows)?;
+    let mask = deletion_mask(deletions, start, rows)?;
+    finish_batch(plan, batch, mask, || {
+        row_addresses(fragment_id, start, rows)
+    })
+}
+
+/// ANDs the filter into `mask`, projects, adds the row addresses `addresses`
+/// builds (only when asked for), and keeps the masked rows.
+fn finish_batch(
+    plan: &BatchPlan,
+    batch: &RecordBatch,
+    mut mask: Option<BooleanArray>,
+    addresses: impl FnOnce() -> Result<UInt64Array>,
+) -> Result<RecordBatch> {
+    let rows = batch.num_rows();
     if let Some(filter) = &plan.filter {
         let matches = filter.evaluate(batch)?;
         mask = Some(match mask {
@@ -382,7 +501,7 @@ fn process_batch(
         })
         .collect::<Result<Vec<ArrayRef>>>()?;
     if plan.with_row_address {
-        columns.push(Arc::new(row_addresses(fragment_id, start, rows)?));
+        columns.push(Arc::new(addresses()?));
     }
     let projected = RecordBatch::try_new_with_options(
         plan.output_schema.clone(),

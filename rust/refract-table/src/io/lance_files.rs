@@ -739,6 +739,42 @@ impl LanceFileReader {
             .await
     }
 
+    /// Streams the rows of `ranges` (ascending, disjoint, non-empty) one after
+    /// the other, in batches of at most `batch_size` rows that may span ranges:
+    /// one read whose I/O the decoder schedules together.
+    pub async fn read_ranges(
+        &self,
+        ranges: &[Range<u64>],
+        projection: Option<&[&str]>,
+        batch_size: u32,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let mut previous_end = 0u64;
+        for range in ranges {
+            if range.start >= range.end || range.start < previous_end || range.end > self.num_rows()
+            {
+                return Err(Error::invalid_input(format!(
+                    "row ranges {ranges:?} are not ascending, disjoint and non-empty inside Lance file {} of {} rows",
+                    self.inner.path,
+                    self.num_rows()
+                )));
+            }
+            previous_end = range.end;
+        }
+        if batch_size == 0 {
+            return Err(Error::invalid_input("batch_size must be at least 1"));
+        }
+        let (projection, _) = self.projection(projection)?;
+        if ranges.is_empty() {
+            return Ok(stream::empty().boxed());
+        }
+        self.stream(
+            ReadBatchParams::Ranges(ranges.into()),
+            projection,
+            batch_size,
+        )
+        .await
+    }
+
     /// Reads the whole file.
     pub async fn read_all(&self, projection: Option<&[&str]>) -> Result<Vec<RecordBatch>> {
         self.read_range(0..self.num_rows(), projection, DEFAULT_BATCH_ROWS)

@@ -6,4 +6,5 @@ mod concurrency;
 mod delete_rebase;
 mod format_errors;
 mod read_write;
+mod row_selection;
 mod versions;

@@ -191,6 +191,21 @@ impl IndexSegmentReader for BTreeSegment {
         Ok(SearchResult::Exact(opened.search(&ranges).await?))
     }
 
+    /// Rows of the pages whose `[min, max]` meets the query (tombstones included).
+    fn estimate_rows(&self, query: &IndexQuery) -> Option<u64> {
+        let Some(opened) = &self.inner else {
+            return self.can_answer(query).then_some(0);
+        };
+        let ranges = opened.ranges(query)?;
+        Some(
+            opened
+                .candidate_rows(&ranges)
+                .iter()
+                .map(|rows| rows.end - rows.start)
+                .sum(),
+        )
+    }
+
     async fn stored_addresses(&self) -> Result<RoaringTreemap> {
         let mut all = RoaringTreemap::new();
         let Some(opened) = &self.inner else {
