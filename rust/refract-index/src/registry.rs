@@ -5,7 +5,11 @@ use std::sync::Arc;
 
 use refract_core::{Error, Result};
 
-use crate::types::{IndexType, LegacyIndexPlugin};
+use async_trait::async_trait;
+use refract_table::io::RelativePath;
+use roaring::RoaringTreemap;
+
+use crate::types::{IndexQuery, IndexSegmentReader, IndexType, LegacyIndexPlugin, SearchResult};
 
 /// A registered type: one that remaps by streaming, or a legacy plugin served
 /// by the materialized fallback.
@@ -89,17 +93,24 @@ impl IndexRegistry {
 }
 
 impl RegisteredType {
-    /// Opens a segment of this type.
+    /// Opens a segment of this type. Its Corrupt errors, opening and
+    /// searching, name the segment's directory (see [`name_segment`]).
     pub async fn open(
         &self,
         ctx: &crate::types::IndexContext,
-        dir: &refract_table::io::RelativePath,
+        dir: &RelativePath,
         details: &[u8],
-    ) -> Result<Arc<dyn crate::types::IndexSegmentReader>> {
-        match self {
+    ) -> Result<Arc<dyn IndexSegmentReader>> {
+        let opened = match self {
             RegisteredType::Streaming(t) => t.open(ctx, dir, details).await,
             RegisteredType::Legacy(t) => t.open(ctx, dir, details).await,
-        }
+        };
+        let inner = opened.map_err(|err| name_segment(self.name(), dir, err))?;
+        Ok(Arc::new(NamedSegment {
+            inner,
+            type_name: self.name(),
+            dir: dir.clone(),
+        }))
     }
 
     /// The on-disk layout version this type writes.
@@ -107,6 +118,85 @@ impl RegisteredType {
         match self {
             RegisteredType::Streaming(t) => t.index_version(),
             RegisteredType::Legacy(t) => t.index_version(),
+        }
+    }
+}
+
+/// Names the segment directory `dir` (`_indices/<uuid>/`) in a Corrupt error
+/// that the checks of index type `type_name` raised about its own files
+/// (their `what` starts with the type name: "btree values", "bitmap index",
+/// "ngram postings file", "ivf_flat index file") and that names no file yet.
+/// The one place index errors gain their location; errors of other origins
+/// (a row map, the FRI ledger, the store, the details the manifest holds)
+/// pass unchanged.
+pub(crate) fn name_segment(type_name: &str, dir: &RelativePath, err: Error) -> Error {
+    match err {
+        Error::Corrupt { what, message }
+            if what.split(' ').next() == Some(type_name)
+                && !what.ends_with("details")
+                && !what.contains(dir.as_str())
+                && !message.contains(dir.as_str()) =>
+        {
+            Error::corrupt(format!("{what} in {dir}"), message)
+        }
+        other => other,
+    }
+}
+
+/// An opened segment whose errors name its directory.
+struct NamedSegment {
+    inner: Arc<dyn IndexSegmentReader>,
+    type_name: &'static str,
+    dir: RelativePath,
+}
+
+#[async_trait]
+impl IndexSegmentReader for NamedSegment {
+    fn can_answer(&self, query: &IndexQuery) -> bool {
+        self.inner.can_answer(query)
+    }
+
+    async fn search(&self, query: &IndexQuery) -> Result<SearchResult> {
+        self.inner
+            .search(query)
+            .await
+            .map_err(|err| name_segment(self.type_name, &self.dir, err))
+    }
+
+    async fn stored_addresses(&self) -> Result<RoaringTreemap> {
+        self.inner
+            .stored_addresses()
+            .await
+            .map_err(|err| name_segment(self.type_name, &self.dir, err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_types_own_unnamed_corruption_gains_the_segment_dir() {
+        let dir = refract_table::io::index_dir(&uuid::Uuid::nil());
+        let named = |err: Error| name_segment("btree", &dir, err).to_string();
+        assert_eq!(
+            named(Error::corrupt("btree page lookup", "pages overlap")),
+            format!("corrupt btree page lookup in {dir}: pages overlap")
+        );
+        // Already named, another type's, the manifest's details, another
+        // origin, another kind: unchanged.
+        for err in [
+            Error::corrupt(
+                "btree values",
+                format!("{dir}values.lance holds a null value"),
+            ),
+            Error::corrupt("bitmap index", "null posting"),
+            Error::corrupt("btree details", "page_rows is 0"),
+            Error::corrupt("row map _fri/x/stable_partition.lance", "label 9"),
+            Error::invalid_input("btree cannot answer"),
+        ] {
+            let before = err.to_string();
+            assert_eq!(named(err), before);
         }
     }
 }

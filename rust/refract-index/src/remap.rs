@@ -17,7 +17,7 @@ use roaring::RoaringBitmap;
 use uuid::Uuid;
 
 use crate::manage::{index_context, user_segments};
-use crate::registry::{IndexRegistry, RegisteredType};
+use crate::registry::{name_segment, IndexRegistry, RegisteredType};
 use crate::types::{IndexContext, Translator};
 
 /// What happened to one segment.
@@ -78,10 +78,10 @@ pub async fn remap_segment(
     let old_dir = index_dir(&meta.uuid);
     let new_dir = index_dir(&uuid);
     let details = match registered {
-        RegisteredType::Streaming(t) => {
-            t.remap(ctx, &old_dir, &meta.details, &new_dir, translator)
-                .await?
-        }
+        RegisteredType::Streaming(t) => t
+            .remap(ctx, &old_dir, &meta.details, &new_dir, translator)
+            .await
+            .map_err(|err| name_segment(t.name(), &old_dir, err))?,
         RegisteredType::Legacy(t) => {
             let stored: Option<Vec<u64>> = meta
                 .fragment_bitmap
@@ -102,7 +102,8 @@ pub async fn remap_segment(
                 Err(err) => return Err(err),
             };
             t.remap_legacy(ctx, &old_dir, &meta.details, &new_dir, &map)
-                .await?
+                .await
+                .map_err(|err| name_segment(t.name(), &old_dir, err))?
         }
     };
     Ok(RemapOutcome::Remapped(IndexMetadata {

@@ -167,6 +167,7 @@ async fn deferred_rewrite_over_a_delete_that_removed_a_source_records_a_valid_tr
             .filter(filter)
             .unwrap()
             .project(&["id"])
+            .index_use(refract_index::IndexUse::Always)
             .execute()
             .await
             .unwrap();

@@ -357,7 +357,11 @@ async fn multi_block_row_maps_are_translated_in_bounded_batches() {
                 .filter(filter)
                 .unwrap()
                 .project(&["id"])
-                .use_index(use_index)
+                .index_use(if use_index {
+                    refract_index::IndexUse::Always
+                } else {
+                    refract_index::IndexUse::Never
+                })
                 .execute()
         };
         let got = run(true).await.unwrap();

@@ -662,6 +662,7 @@ async fn indexed_queries_before_a_trim_fail_clearly_and_scans_still_work() {
         .unwrap()
         .project(&["id"])
         .with_resolver(Arc::new(FriResolver::from_env()))
+        .index_use(refract_index::IndexUse::Always)
         .execute()
         .await
         .expect_err("the row map this version translates through was trimmed");

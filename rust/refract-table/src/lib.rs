@@ -20,8 +20,8 @@ pub mod transaction;
 
 pub use commit::CommitHook;
 pub use dataset::{
-    Dataset, DeleteResult, OpenOptions, RowSelection, Scanner, VersionInfo, WriteOptions,
-    ROW_ADDRESS_COLUMN,
+    Dataset, DeleteResult, OpenOptions, RowSelection, Scanner, VersionEntry, VersionInfo,
+    WriteOptions, ROW_ADDRESS_COLUMN,
 };
 pub use format::{DataFile, DeletionFileRef, Fragment, IndexMetadata, Manifest};
 pub use session::Session;

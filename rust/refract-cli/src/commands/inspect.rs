@@ -1,7 +1,7 @@
 //! `inspect` and `versions`.
 
 use refract_core::Result;
-use refract_table::dataset::Dataset;
+use refract_table::dataset::{Dataset, OpenOptions, VersionEntry};
 use serde_json::{json, Value};
 
 /// The JSON description `refract inspect --json` prints.
@@ -91,17 +91,31 @@ pub async fn inspect(uri: &str, as_json: bool) -> Result<()> {
     Ok(())
 }
 
-/// `refract versions`.
+/// `refract versions`: one line per committed version, ascending, under a
+/// header line. A readable version prints `version timestamp_ms operation`;
+/// a version whose manifest cannot be read prints its version, `-` for the
+/// timestamp and `unreadable: <reason>`, the reason being the one-line error
+/// (it names the version and its manifest file). The other versions are
+/// listed all the same and the command succeeds; only a store failure fails
+/// it. Works when the latest version is the unreadable one.
 pub async fn versions(uri: &str) -> Result<()> {
-    let dataset = Dataset::open(uri).await?;
+    let history = Dataset::version_history_at(uri, OpenOptions::default()).await?;
     crate::out!("{:>8}  {:>15}  operation", "version", "timestamp_ms");
-    for info in dataset.versions().await? {
-        crate::out!(
-            "{:>8}  {:>15}  {}",
-            info.version,
-            info.timestamp_ms,
-            info.operation
-        );
+    for entry in history {
+        match entry {
+            VersionEntry::Readable(info) => crate::out!(
+                "{:>8}  {:>15}  {}",
+                info.version,
+                info.timestamp_ms,
+                info.operation
+            ),
+            VersionEntry::Unreadable { version, error } => crate::out!(
+                "{:>8}  {:>15}  unreadable: {}",
+                version,
+                "-",
+                error.to_string().replace(['\n', '\r'], " ")
+            ),
+        }
     }
     Ok(())
 }

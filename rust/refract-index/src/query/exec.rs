@@ -288,7 +288,10 @@ async fn current_addresses(
         if batch.is_empty() {
             return Ok(out);
         }
-        translator.translate_batch(&batch, &mut translated).await?;
+        translator
+            .translate_batch(&batch, &mut translated)
+            .await
+            .map_err(|err| stored_address_error(resolved, err))?;
         if translated.len() != batch.len() {
             return Err(Error::invalid_input(format!(
                 "translator returned {} results for {} addresses",
@@ -303,6 +306,23 @@ async fn current_addresses(
                 .copied()
                 .filter(|a| in_coverage(*a)),
         );
+    }
+}
+
+/// An address the translator refuses (not a row of a fragment it maps) was
+/// read from the segment's files, not given by a caller: the segment is
+/// damaged, so the error is Corrupt naming its directory.
+pub(crate) fn stored_address_error(resolved: &ResolvedSegment, err: Error) -> Error {
+    match err {
+        Error::InvalidInput { message } => Error::corrupt(
+            format!(
+                "{} segment {}",
+                resolved.meta.index_type,
+                index_dir(&resolved.meta.uuid)
+            ),
+            format!("a stored address does not translate: {message}"),
+        ),
+        other => other,
     }
 }
 

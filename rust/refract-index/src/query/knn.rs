@@ -13,7 +13,7 @@ use roaring::RoaringTreemap;
 
 use super::exec::{
     choose, drop_deleted, fetch_ordered, output_columns, output_schema, segment_explain,
-    uncovered_fragments,
+    stored_address_error, uncovered_fragments,
 };
 use super::{Explain, NearestRequest, Query, QueryResult};
 use crate::resolver::ResolvedSegment;
@@ -133,7 +133,10 @@ async fn current_scored(
     let mut translated = Vec::new();
     for chunk in scored.chunks(MAX_TRANSLATION_BATCH) {
         let addrs: Vec<u64> = chunk.iter().map(|(a, _)| *a).collect();
-        translator.translate_batch(&addrs, &mut translated).await?;
+        translator
+            .translate_batch(&addrs, &mut translated)
+            .await
+            .map_err(|err| stored_address_error(resolved, err))?;
         if translated.len() != addrs.len() {
             return Err(Error::invalid_input("translator result length mismatch"));
         }

@@ -236,8 +236,11 @@ impl CountsMatrix {
     }
 }
 
+/// What a Corrupt error of the counts names (the reader adds the file).
+pub(super) const WHAT: &str = "row-map counts";
+
 fn corrupt(message: impl Into<String>) -> Error {
-    Error::corrupt("row-map counts", message)
+    Error::corrupt(WHAT, message)
 }
 
 struct Cursor<'a> {

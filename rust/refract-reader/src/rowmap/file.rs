@@ -118,6 +118,11 @@ impl RowMapFile {
         }
     }
 
+    /// The file's dataset-relative path.
+    pub fn path(&self) -> &RelativePath {
+        &self.path
+    }
+
     /// Rows (labels) in the file.
     pub fn num_rows(&self) -> u64 {
         self.reader.num_rows()
@@ -159,21 +164,40 @@ impl RowMapFile {
         let range = usize::try_from(rows.start)
             .and_then(|start| usize::try_from(rows.end).map(|end| start..end))
             .map_err(|_| Error::invalid_input(format!("row range {rows:?} exceeds usize")))?;
-        let batches: Vec<_> = self
-            .reader
-            .with_scheduler(Arc::new(io))
-            .read_stream_projected(
-                ReadBatchParams::Range(range),
-                batch_rows,
-                BATCH_READAHEAD,
-                self.projection.clone(),
-                FilterExpression::no_filter(),
-            )
-            .await
-            .map_err(|e| lance_error("reading", &self.path, e))?
-            .try_collect()
-            .await
-            .map_err(|e| lance_error("reading", &self.path, e))?;
+        let reader = self.reader.with_scheduler(Arc::new(io));
+        let (path, projection) = (self.path.clone(), self.projection.clone());
+        // Lance asserts on damaged page metadata (a panic, not an error):
+        // decode in a task of its own so the panic surfaces as Corrupt.
+        let task = tokio::spawn(async move {
+            reader
+                .read_stream_projected(
+                    ReadBatchParams::Range(range),
+                    batch_rows,
+                    BATCH_READAHEAD,
+                    projection,
+                    FilterExpression::no_filter(),
+                )
+                .await
+                .map_err(|e| lance_error("reading", &path, e))?
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(|e| lance_error("reading", &path, e))
+        });
+        let batches = match task.await {
+            Ok(result) => result?,
+            Err(join) if join.is_panic() => {
+                return Err(corrupt(
+                    &self.path,
+                    "the Lance decoder panicked while reading labels",
+                ))
+            }
+            Err(join) => {
+                return Err(Error::external(
+                    format!("reading row map {}", self.path),
+                    join,
+                ))
+            }
+        };
         batches
             .iter()
             .map(|batch| {
@@ -483,29 +507,11 @@ fn corrupt(path: &RelativePath, message: impl Into<String>) -> Error {
     Error::corrupt(format!("row map {path}"), message.into())
 }
 
-/// True if an object-store error is somewhere in the source chain of `err`.
-fn caused_by_object_store(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = current {
-        if e.is::<object_store::Error>() {
-            return true;
-        }
-        current = e.source();
-    }
-    false
-}
-
-/// Maps a Lance error raised while `action` the row map at `path`: missing →
-/// NotFound, store failure → External, anything else (undecodable bytes) →
-/// Corrupt.
+/// Maps a Lance error raised while `action` the row map at `path` through
+/// the table's one mapping (missing → NotFound, store failure → External,
+/// undecodable bytes → Corrupt naming the file).
 fn lance_error(action: &str, path: &RelativePath, err: lance_core::Error) -> Error {
-    if err.is_not_found() {
-        Error::not_found(format!("row map {path} does not exist"))
-    } else if caused_by_object_store(&err) {
-        Error::external(format!("{action} row map {path}"), err)
-    } else {
-        corrupt(path, err.to_string())
-    }
+    refract_table::io::lance_files::lance_error(action, path, err, true)
 }
 
 #[cfg(test)]

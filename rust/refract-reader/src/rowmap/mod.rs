@@ -29,7 +29,7 @@ pub use resident::ResidentPartition;
 pub use route::{RouteBuffer, ROUTE_BATCH_ROWS};
 pub use writer::RowMapWriter;
 
-use refract_core::Result;
+use refract_core::{Error, Result};
 use refract_table::io::paths::RelativePath;
 use uuid::Uuid;
 
@@ -42,4 +42,56 @@ pub const LABEL_COLUMN: &str = "label";
 /// The row-map file of `map_id`.
 pub fn row_map_path(map_id: &Uuid) -> Result<RelativePath> {
     RelativePath::parse(&format!("_fri/{map_id}/stable_partition.lance"))
+}
+
+/// What the format's checks (counts, labels, label units, routing) call the
+/// thing they found damaged, not knowing which file it came from.
+const UNNAMED: [&str; 2] = ["row map", counts::WHAT];
+
+/// Names the row-map file at `path` in a Corrupt error the format's checks
+/// raised while reading it (see [`UNNAMED`]); each public entry point of the
+/// reader passes its errors through here. Other errors — those of a caller's
+/// callback among them — pass unchanged.
+pub(crate) fn name_file(path: &RelativePath, err: Error) -> Error {
+    match err {
+        Error::Corrupt { what, message } if UNNAMED.contains(&what.as_str()) => {
+            let message = if what == "row map" {
+                message
+            } else {
+                format!("{what}: {message}")
+            };
+            Error::corrupt(format!("row map {path}"), message)
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_formats_unnamed_corruption_gains_the_file() {
+        let path = row_map_path(&Uuid::nil()).unwrap();
+        let named = |err: Error| name_file(&path, err).to_string();
+        assert_eq!(
+            named(Error::corrupt("row map", "label 7 is not below 3")),
+            format!("corrupt row map {path}: label 7 is not below 3")
+        );
+        assert_eq!(
+            named(Error::corrupt(counts::WHAT, "bad magic")),
+            format!("corrupt row map {path}: row-map counts: bad magic")
+        );
+        // Errors of other origins and kinds are left alone.
+        for err in [
+            Error::corrupt(
+                "FRI ledger",
+                "a translated address went back in lineage order",
+            ),
+            Error::invalid_input("address 3:9 is beyond the source's 5 rows"),
+        ] {
+            let before = err.to_string();
+            assert_eq!(named(err), before);
+        }
+    }
 }

@@ -13,7 +13,8 @@ use super::counts::{CountsMatrix, BLOCK_ROWS};
 use super::file::{RowMapFile, MAX_TAIL_BYTES};
 use super::labels::{LabelChunk, DELETED_ENTRY};
 use super::resident::ResidentPartition;
-use super::row_map_path;
+use super::{name_file, row_map_path};
+use refract_table::io::paths::RelativePath;
 
 /// Blocks per cached chunk (32 × 65,536 rows ≈ 8 MiB decoded: a label and an
 /// in-block rank per row).
@@ -144,6 +145,33 @@ impl RowMapReader {
         cache: &ByteWeightedCache,
         mode: ChunkCacheMode,
     ) -> Result<Self> {
+        let path = row_map_path(map_id)?;
+        Self::open_at(
+            store,
+            &path,
+            map_size_bytes,
+            fingerprint,
+            sources,
+            destinations,
+            cache,
+            mode,
+        )
+        .await
+        .map_err(|err| name_file(&path, err))
+    }
+
+    /// [`Self::open`] of the file at `path`, errors not yet naming it.
+    #[allow(clippy::too_many_arguments)]
+    async fn open_at(
+        store: &DatasetStore,
+        path: &RelativePath,
+        map_size_bytes: u64,
+        fingerprint: [u8; 32],
+        sources: &[RowMapSource],
+        destinations: &[(u64, u64)],
+        cache: &ByteWeightedCache,
+        mode: ChunkCacheMode,
+    ) -> Result<Self> {
         let source_rows = sources.iter().try_fold(0u64, |total, source| {
             total
                 .checked_add(source.physical_rows)
@@ -152,7 +180,7 @@ impl RowMapReader {
         // The recorded size saves a HEAD request; a wrong size is Corrupt.
         let known_size = (map_size_bytes > 0).then_some(map_size_bytes);
         let tail = metadata_bytes_estimate(source_rows, destinations.len());
-        let opened = RowMapFile::open(store, &row_map_path(map_id)?, known_size, tail).await?;
+        let opened = RowMapFile::open(store, path, known_size, tail).await?;
         let file = opened.file;
         let counts = CountsMatrix::decode(&opened.counts)?;
         let destination_rows: Vec<u64> = destinations.iter().map(|(_, rows)| *rows).collect();
@@ -208,6 +236,18 @@ impl RowMapReader {
             .buffer_unordered(8)
             .try_for_each(|_| async { Ok(()) })
             .await
+            .map_err(|err| self.name_file(err))
+    }
+
+    /// The row-map file's dataset-relative path.
+    pub fn path(&self) -> &RelativePath {
+        self.file.path()
+    }
+
+    /// `err` naming this row map's file when it is Corrupt (see
+    /// [`name_file`]).
+    pub(super) fn name_file(&self, err: Error) -> Error {
+        name_file(self.file.path(), err)
     }
 
     /// Translates source addresses to destination addresses (`None` = deleted),
@@ -224,6 +264,17 @@ impl RowMapReader {
                 batch.len()
             )));
         }
+        self.translate_sorted_or_not(batch, out)
+            .await
+            .map_err(|err| self.name_file(err))
+    }
+
+    /// [`Self::translate`], errors not yet naming the file.
+    async fn translate_sorted_or_not(
+        &self,
+        batch: &[u64],
+        out: &mut Vec<Option<u64>>,
+    ) -> Result<()> {
         let mut sources = SourceCursor::default();
         let mut rows = Vec::with_capacity(batch.len());
         for &address in batch {
@@ -285,8 +336,10 @@ impl RowMapReader {
             .map(|unit| self.unit(unit))
             .buffered(4)
             .try_collect()
-            .await?;
-        ResidentPartition::new(self, unit_rows, units)
+            .await
+            .map_err(|err| self.name_file(err))?;
+        let path = self.file.path().clone();
+        ResidentPartition::new(self, unit_rows, units).map_err(|err| name_file(&path, err))
     }
 
     /// Bytes [`Self::resident`] holds: four per label.

@@ -52,6 +52,13 @@ impl ResidentPartition {
     /// address outside the sources is `InvalidInput`.
     #[inline]
     pub fn translate(&self, address: u64, sources: &mut SourceCursor) -> Result<Option<u64>> {
+        self.translate_unnamed(address, sources)
+            .map_err(|err| self.map.name_file(err))
+    }
+
+    /// [`Self::translate`], errors not yet naming the file.
+    #[inline]
+    fn translate_unnamed(&self, address: u64, sources: &mut SourceCursor) -> Result<Option<u64>> {
         let row = self.map.global_row(address, sources)?;
         self.map
             .destination(self.unit(row >> self.unit_shift, row)?, row)
@@ -65,6 +72,16 @@ impl ResidentPartition {
     /// the loads (the cost of a large map: each one misses the caches)
     /// overlap instead of waiting on each other.
     pub fn translate_run(
+        &self,
+        run: impl Iterator<Item = u64>,
+        sink: impl FnMut(Option<u64>) -> Result<()>,
+    ) -> Result<()> {
+        self.translate_run_unnamed(run, sink)
+            .map_err(|err| self.map.name_file(err))
+    }
+
+    /// [`Self::translate_run`], errors not yet naming the file.
+    fn translate_run_unnamed(
         &self,
         run: impl Iterator<Item = u64>,
         mut sink: impl FnMut(Option<u64>) -> Result<()>,
@@ -114,6 +131,18 @@ impl ResidentPartition {
     /// row: one entry read and one base read, no source search and no
     /// per-row call. An offset outside the source is `InvalidInput`.
     pub fn route_part(
+        &self,
+        fragment: u32,
+        part: &RoaringBitmap,
+        buffer: &mut RouteBuffer,
+        emit: impl FnMut(u32, &[u32]) -> Result<()>,
+    ) -> Result<()> {
+        self.route_part_unnamed(fragment, part, buffer, emit)
+            .map_err(|err| self.map.name_file(err))
+    }
+
+    /// [`Self::route_part`], errors not yet naming the file.
+    fn route_part_unnamed(
         &self,
         fragment: u32,
         part: &RoaringBitmap,

@@ -15,6 +15,7 @@ use refract_core::{CacheKey, CacheNamespace, DeepSize, DeletionVector, Error, Ke
 use refract_ledger::flags::ClientFeatures;
 
 use crate::commit::{self, CommitHook};
+use crate::format::manifest::manifest_error;
 use crate::format::{Fragment, Manifest};
 use crate::io::deletion_file::read_deletion_file;
 use crate::io::paths::VERSIONS_DIR;
@@ -25,7 +26,7 @@ use crate::transaction::{Operation, Transaction};
 pub use delete::DeleteResult;
 pub use scan::{Scanner, ROW_ADDRESS_COLUMN};
 pub use selection::{coalesced_ranges, RowSelection, COALESCE_GAP_ROWS};
-pub use versions::VersionInfo;
+pub use versions::{VersionEntry, VersionInfo};
 pub use write::WriteOptions;
 
 /// How to open (or create) a dataset.
@@ -118,22 +119,29 @@ impl Dataset {
 
     /// Opens `uri`; refuses versions whose reader flags this client does not support.
     pub async fn open_with(uri: &str, options: OpenOptions) -> Result<Dataset> {
-        let store = match options.store {
-            Some(store) => store,
-            None => DatasetStore::open(uri, false).await?,
-        };
-        let probe = Dataset {
-            store,
-            session: options.session.unwrap_or_default(),
-            // Placeholder until the real manifest is loaded below; never escapes.
-            manifest: Arc::new(placeholder_manifest()),
-            features: options.features,
-        };
-        let version = match options.version {
+        let requested = options.version;
+        let probe = Self::probe(uri, options).await?;
+        let version = match requested {
             Some(version) => version,
             None => probe.latest_version().await?,
         };
         probe.checkout_version(version).await
+    }
+
+    /// A handle on the store and session of `uri` holding a placeholder
+    /// manifest: only for listing and loading real manifests, never returned
+    /// to callers.
+    async fn probe(uri: &str, options: OpenOptions) -> Result<Dataset> {
+        let store = match options.store {
+            Some(store) => store,
+            None => DatasetStore::open(uri, false).await?,
+        };
+        Ok(Dataset {
+            store,
+            session: options.session.unwrap_or_default(),
+            manifest: Arc::new(placeholder_manifest()),
+            features: options.features,
+        })
     }
 
     /// The URI the dataset was opened with.
@@ -278,16 +286,13 @@ impl Dataset {
                 if manifest.version != version {
                     return Err(Error::corrupt(
                         "manifest",
-                        format!(
-                            "{} records version {}",
-                            manifest_path(version),
-                            manifest.version
-                        ),
+                        format!("the file records version {}", manifest.version),
                     ));
                 }
                 Ok(manifest)
             })
             .await
+            .map_err(|err| manifest_error(version, err))
     }
 
     /// This handle's store and session on another manifest.

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use refract_core::{Error, Result};
 
-use super::{list_versions, Dataset};
+use super::{list_versions, Dataset, OpenOptions};
+use crate::format::Manifest;
 use crate::io::paths::{DATA_DIR, DELETIONS_DIR, INDICES_DIR};
 use crate::io::{index_dir, RelativePath};
 use crate::transaction::{Operation, Transaction};
@@ -21,23 +22,68 @@ pub struct VersionInfo {
     pub operation: String,
 }
 
+/// One listed version of [`Dataset::version_history`]: readable, or not with
+/// the reason.
+#[derive(Debug)]
+pub enum VersionEntry {
+    /// The manifest loads and validates.
+    Readable(VersionInfo),
+    /// The manifest is listed but cannot be used (corrupt, missing, escaping
+    /// paths, unsupported); `error` names the version and its manifest file.
+    Unreadable {
+        /// The version number.
+        version: u64,
+        /// Why its manifest cannot be used.
+        error: Error,
+    },
+}
+
+impl VersionEntry {
+    /// The version number.
+    pub fn version(&self) -> u64 {
+        match self {
+            VersionEntry::Readable(info) => info.version,
+            VersionEntry::Unreadable { version, .. } => *version,
+        }
+    }
+}
+
 impl Dataset {
-    /// Every committed version, ascending.
+    /// Every committed version, ascending; fails on the first manifest that
+    /// cannot be read (the error names its version and file). See
+    /// [`Self::version_history`] to list past unreadable versions.
     pub async fn versions(&self) -> Result<Vec<VersionInfo>> {
         let mut infos = Vec::new();
         for version in list_versions(&self.store).await? {
-            let manifest = self.load_manifest(version).await?;
-            infos.push(VersionInfo {
-                version,
-                timestamp_ms: manifest.timestamp_ms,
-                operation: manifest
-                    .transaction
-                    .as_ref()
-                    .map_or("Create", |txn| txn.operation.name())
-                    .to_string(),
-            });
+            infos.push(version_info(&*self.load_manifest(version).await?));
         }
         Ok(infos)
+    }
+
+    /// Every committed version, ascending, each readable or unreadable with
+    /// the reason: one damaged manifest does not hide the others. Only a
+    /// failure to reach the store (External) fails the whole listing, since
+    /// it says nothing about any one version.
+    pub async fn version_history(&self) -> Result<Vec<VersionEntry>> {
+        let mut entries = Vec::new();
+        for version in list_versions(&self.store).await? {
+            entries.push(match self.load_manifest(version).await {
+                Ok(manifest) => VersionEntry::Readable(version_info(&manifest)),
+                Err(err @ Error::External { .. }) => return Err(err),
+                Err(error) => VersionEntry::Unreadable { version, error },
+            });
+        }
+        Ok(entries)
+    }
+
+    /// [`Self::version_history`] of the dataset at `uri`, without loading
+    /// any manifest first: it works when the latest version is unreadable.
+    pub async fn version_history_at(uri: &str, options: OpenOptions) -> Result<Vec<VersionEntry>> {
+        let probe = Dataset::probe(uri, options).await?;
+        if list_versions(&probe.store).await?.is_empty() {
+            return Err(Error::not_found(format!("no dataset at {}", probe.uri())));
+        }
+        probe.version_history().await
     }
 
     /// Commits a new version whose content equals this (older) checkout.
@@ -94,6 +140,19 @@ impl Dataset {
             }
         }
         Ok(referenced)
+    }
+}
+
+/// The listing of one loaded manifest.
+fn version_info(manifest: &Manifest) -> VersionInfo {
+    VersionInfo {
+        version: manifest.version,
+        timestamp_ms: manifest.timestamp_ms,
+        operation: manifest
+            .transaction
+            .as_ref()
+            .map_or("Create", |txn| txn.operation.name())
+            .to_string(),
     }
 }
 

@@ -18,6 +18,7 @@ use refract_ledger::flags::check_fri_flag_pair;
 use super::fragment::{Fragment, MAX_FRAGMENT_ID};
 use super::index::IndexMetadata;
 use super::proto;
+use crate::io::manifest_path;
 use crate::transaction::Transaction;
 
 /// One version of a dataset.
@@ -238,4 +239,30 @@ fn check_schema_framing(bytes: &[u8]) -> Result<()> {
 
 fn corrupt(message: String) -> Error {
     Error::corrupt("manifest", message)
+}
+
+/// How errors name the manifest of `version`: its version and its
+/// dataset-relative path.
+pub fn manifest_label(version: u64) -> String {
+    format!("manifest of version {version} ({})", manifest_path(version))
+}
+
+/// An error raised while loading the manifest of `version`, made to name it
+/// (see [`manifest_label`]): Corrupt, NotFound and NotSupported carry the
+/// label; PathEscape names the manifest holding the path; an InvalidInput
+/// can only come from the stored bytes here, so it becomes Corrupt. I/O
+/// failures (External) and other kinds pass through unchanged.
+pub(crate) fn manifest_error(version: u64, err: Error) -> Error {
+    let label = manifest_label(version);
+    match err {
+        Error::Corrupt { what, message } if what == "manifest" => Error::corrupt(label, message),
+        Error::Corrupt { what, message } => Error::corrupt(label, format!("{what}: {message}")),
+        Error::InvalidInput { message } => Error::corrupt(label, message),
+        Error::NotFound { .. } => Error::not_found(format!("{label} does not exist")),
+        Error::NotSupported { message } => Error::not_supported(format!("{label}: {message}")),
+        Error::PathEscape { path } => Error::PathEscape {
+            path: format!("{path} (named by the {label})"),
+        },
+        other => other,
+    }
 }

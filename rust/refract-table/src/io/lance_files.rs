@@ -103,10 +103,13 @@ fn caused_by_object_store(err: &(dyn StdError + 'static)) -> bool {
     false
 }
 
-/// Maps a Lance error raised while doing `action` on `path`. `undecodable_is_corrupt`
-/// marks failures that can only come from the file's bytes (opening a file
-/// decodes nothing but its footer and metadata).
-pub(crate) fn lance_error(
+/// Maps a Lance error raised while doing `action` on `path`: the one place
+/// Lance errors become Refract errors. `undecodable_is_corrupt` marks
+/// failures that can only come from the file's bytes (opening a file decodes
+/// nothing but its footer and metadata). A missing file is NotFound, a store
+/// failure External, damage Corrupt naming the dataset-relative file; Lance's
+/// text is cleaned of its source locations ([`refract_core::error::clean_text`]).
+pub fn lance_error(
     action: &str,
     path: &RelativePath,
     err: lance_core::Error,

@@ -7,7 +7,7 @@ use refract_core::Error;
 use refract_ledger::flags::{ClientFeatures, FLAG_FRAGMENT_REUSE_INDEX, FLAG_UNKNOWN};
 use refract_table::format::proto;
 use refract_table::io::manifest_path;
-use refract_table::{Dataset, Manifest, OpenOptions};
+use refract_table::{Dataset, Manifest, OpenOptions, VersionEntry};
 use rstest::rstest;
 
 use crate::common::*;
@@ -48,30 +48,179 @@ enum Breakage {
     Garbage,
     Truncated,
     Empty,
+    FlippedTag,
+}
+
+/// Asserts `err` is Corrupt, one line, naming the manifest of `version` by
+/// number and dataset-relative path, and free of build-machine paths.
+fn assert_names_manifest(err: &Error, version: u64) {
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    let text = err.to_string();
+    let path = manifest_path(version);
+    assert!(
+        text.starts_with(&format!("corrupt manifest of version {version} ({path}): ")),
+        "{text}"
+    );
+    assert_clean(&text);
+}
+
+/// One line, no source location, no path of the build machine.
+fn assert_clean(text: &str) {
+    assert!(!text.contains('\n'), "{text}");
+    for foreign in ["/root/", ".cargo", "registry/src", ".rs:"] {
+        assert!(!text.contains(foreign), "{foreign} in {text}");
+    }
+}
+
+/// The bytes of a manifest broken by `breakage` (`real` is a valid one).
+fn break_bytes(real: &[u8], breakage: Breakage) -> Bytes {
+    match breakage {
+        Breakage::Garbage => Bytes::from_static(b"\xff\xfe this is not a manifest \x00\x01"),
+        Breakage::Truncated => Bytes::from(real[..real.len() / 2].to_vec()),
+        Breakage::Empty => Bytes::new(),
+        Breakage::FlippedTag => {
+            // Every bit of the first field's tag flipped: wire type 7 does not exist.
+            let mut bytes = real.to_vec();
+            bytes[0] ^= 0xFF;
+            Bytes::from(bytes)
+        }
+    }
 }
 
 #[rstest]
 #[case::garbage(Breakage::Garbage)]
 #[case::truncated(Breakage::Truncated)]
 #[case::empty(Breakage::Empty)]
+#[case::flipped_tag(Breakage::FlippedTag)]
 #[tokio::test]
 async fn corrupt_latest_manifest_is_a_corrupt_error(#[case] breakage: Breakage) {
-    let location = location(Backend::Memory);
+    let location = location(Backend::Local);
     let dataset = create_with_rows(&location.uri, 10, 10).await;
-    let bytes = match breakage {
-        Breakage::Garbage => Bytes::from_static(b"\xff\xfe this is not a manifest \x00\x01"),
-        Breakage::Truncated => {
-            let real = next_message(&dataset).encode_to_vec();
-            Bytes::from(real[..real.len() / 2].to_vec())
-        }
-        Breakage::Empty => Bytes::new(),
-    };
-    publish_raw(&dataset, bytes).await;
+    let real = next_message(&dataset).encode_to_vec();
+    let version = publish_raw(&dataset, break_bytes(&real, breakage)).await;
     let err = Dataset::open(&location.uri).await.unwrap_err();
-    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    assert_names_manifest(&err, version);
     // The previous version is still readable.
     let previous = dataset.checkout_version(2).await.unwrap();
     assert_eq!(scan_ids(&previous).await, (0..10).collect::<Vec<_>>());
+}
+
+/// Overwrites the stored manifest of `version` with `bytes` (a damaged disk,
+/// not a commit).
+async fn damage_manifest(dataset: &Dataset, version: u64, bytes: Bytes) {
+    dataset
+        .store()
+        .put(&manifest_path(version), bytes)
+        .await
+        .unwrap();
+}
+
+#[rstest]
+#[case::garbage(Breakage::Garbage)]
+#[case::truncated(Breakage::Truncated)]
+#[case::empty(Breakage::Empty)]
+#[case::flipped_tag(Breakage::FlippedTag)]
+#[tokio::test]
+async fn a_corrupt_old_manifest_leaves_the_latest_and_the_history_readable(
+    #[case] breakage: Breakage,
+) {
+    let location = location(Backend::Local);
+    let mut dataset = create_with_rows(&location.uri, 10, 10).await;
+    dataset.append(vec![rows(10, 5)], &opts(10)).await.unwrap();
+    assert_eq!(dataset.version(), 3);
+    let real = dataset.store().get(&manifest_path(2)).await.unwrap();
+    damage_manifest(&dataset, 2, break_bytes(&real, breakage)).await;
+
+    // A fresh session, so nothing comes from a cache.
+    let latest = Dataset::open(&location.uri).await.unwrap();
+    assert_eq!(latest.version(), 3);
+    assert_eq!(scan_ids(&latest).await, (0..15).collect::<Vec<_>>());
+    let err = latest.checkout_version(2).await.unwrap_err();
+    assert_names_manifest(&err, 2);
+    // The strict listing stops at the damaged version and says which.
+    let err = latest.versions().await.unwrap_err();
+    assert_names_manifest(&err, 2);
+
+    // The history lists every version, the damaged one with its reason.
+    let history = Dataset::version_history_at(&location.uri, OpenOptions::default())
+        .await
+        .unwrap();
+    let versions: Vec<u64> = history.iter().map(VersionEntry::version).collect();
+    assert_eq!(versions, vec![1, 2, 3]);
+    match &history[..] {
+        [VersionEntry::Readable(first), VersionEntry::Unreadable { version: 2, error }, VersionEntry::Readable(last)] =>
+        {
+            assert_eq!((first.version, first.operation.as_str()), (1, "Create"));
+            assert_eq!((last.version, last.operation.as_str()), (3, "Append"));
+            assert_names_manifest(error, 2);
+        }
+        other => panic!("unexpected history {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_latest_manifest_is_listed_as_unreadable() {
+    let location = location(Backend::Local);
+    let mut dataset = create_with_rows(&location.uri, 10, 10).await;
+    dataset.append(vec![rows(10, 5)], &opts(10)).await.unwrap();
+    let real = dataset.store().get(&manifest_path(3)).await.unwrap();
+    damage_manifest(&dataset, 3, break_bytes(&real, Breakage::Truncated)).await;
+    assert_names_manifest(&Dataset::open(&location.uri).await.unwrap_err(), 3);
+    let history = Dataset::version_history_at(&location.uri, OpenOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            &history[..],
+            [
+                VersionEntry::Readable(_),
+                VersionEntry::Readable(_),
+                VersionEntry::Unreadable { version: 3, .. }
+            ]
+        ),
+        "{history:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_manifest_error_names_its_version_and_file() {
+    let location = location(Backend::Local);
+    let dataset = create_with_rows(&location.uri, 10, 10).await;
+    // Missing: NotFound naming the version and the file.
+    let err = dataset.checkout_version(42).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "not found: manifest of version 42 ({}) does not exist",
+            manifest_path(42)
+        )
+    );
+    // Validation: a manifest stored under another version's name.
+    let mut message = next_message(&dataset);
+    message.version += 5;
+    let version = publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    let err = Dataset::open(&location.uri).await.unwrap_err();
+    assert_names_manifest(&err, version);
+    assert!(
+        err.to_string().ends_with("the file records version 8"),
+        "{err}"
+    );
+    // A path escape names the manifest holding the path.
+    let mut message = next_message(&dataset);
+    message.version = version + 1;
+    message.fragments[0].files[0].path = "../x.lance".into();
+    damage_manifest(&dataset, version + 1, Bytes::from(message.encode_to_vec())).await;
+    let err = Dataset::open(&location.uri).await.unwrap_err();
+    assert!(matches!(err, Error::PathEscape { .. }), "{err:?}");
+    assert!(
+        err.to_string().ends_with(&format!(
+            "../x.lance (named by the manifest of version {} ({}))",
+            version + 1,
+            manifest_path(version + 1)
+        )),
+        "{err}"
+    );
 }
 
 #[rstest]
