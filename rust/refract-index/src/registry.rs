@@ -156,6 +156,10 @@ impl IndexSegmentReader for NamedSegment {
         self.inner.can_answer(query)
     }
 
+    fn estimate_rows(&self, query: &IndexQuery) -> Option<u64> {
+        self.inner.estimate_rows(query)
+    }
+
     async fn search(&self, query: &IndexQuery) -> Result<SearchResult> {
         self.inner
             .search(query)
