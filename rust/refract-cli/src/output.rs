@@ -165,7 +165,7 @@ mod tests {
             vec![Arc::new(Int64Array::from(vec![1, 2])), Arc::new(vectors)],
         )
         .unwrap();
-        let text = render_rows(&[batch.clone()], RowFormat::Csv).unwrap();
+        let text = render_rows(std::slice::from_ref(&batch), RowFormat::Csv).unwrap();
         assert_eq!(text, "id,vec\n1,\"[0.5, -1.0]\"\n2,\n");
         let empty = render_rows(&[batch.slice(0, 0)], RowFormat::Csv).unwrap();
         assert_eq!(empty, "id,vec\n");
