@@ -245,6 +245,11 @@ pub fn interval_meets(min: &Key, max: &Key, low: &Bound<Key>, high: &Bound<Key>)
     above_low && below_high
 }
 
+/// True if every key of the closed interval `[min, max]` lies in `(low, high)`.
+pub fn interval_within(min: &Key, max: &Key, low: &Bound<Key>, high: &Bound<Key>) -> bool {
+    interval_meets(min, min, low, high) && interval_meets(max, max, low, high)
+}
+
 /// True if the range `(low, high)` can contain no value at all.
 pub fn range_is_empty(low: &Bound<Key>, high: &Bound<Key>) -> bool {
     match (low, high) {

@@ -118,10 +118,10 @@ async fn consider(
         index_work: None,
         scan_work,
     };
-    if let Some(upper) = estimated_rows.filter(|_| !forced) {
-        if !index_wins(Work::best_case(upper, &scan_work).cost(), scan_cost) {
+    if let Some(lower) = estimated_rows.filter(|_| !forced) {
+        if !index_wins(Work::best_case(lower, &scan_work).cost(), scan_cost) {
             explain.reason = format!(
-                "index '{}' would match up to {upper} of the {} rows it covers: scanning (cost {scan_cost}) is cheaper",
+                "index '{}' matches at least {lower} of the {} rows it covers: scanning (cost {scan_cost}) is cheaper",
                 chosen.name, scan_work.rows
             );
             explain.considered.push(estimate);

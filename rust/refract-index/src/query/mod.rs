@@ -83,7 +83,8 @@ pub enum IndexUse {
 pub struct CostEstimate {
     /// The logical index.
     pub index: String,
-    /// Upper bound on its answer known before searching (btree page lookup).
+    /// Lower bound on its answer known before searching (btree pages wholly
+    /// inside the query).
     pub estimated_rows: Option<u64>,
     /// Live rows it returned (`None`: declined before searching).
     pub matched_rows: Option<u64>,

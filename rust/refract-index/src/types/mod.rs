@@ -176,11 +176,11 @@ pub trait IndexSegmentReader: Send + Sync {
     /// Answers `query` with stored addresses.
     async fn search(&self, query: &IndexQuery) -> Result<SearchResult>;
 
-    /// An upper bound on the addresses [`IndexSegmentReader::search`] would
-    /// return for `query`, from what the opened segment holds in memory (no
-    /// I/O); `None` when the type cannot tell without searching. The query
-    /// planner declines the index before searching when this alone shows a
-    /// scan is cheaper.
+    /// A lower bound on the addresses [`IndexSegmentReader::search`] would
+    /// return for `query` (stored rows that certainly match), from what the
+    /// opened segment holds in memory (no I/O); `None` when the type cannot
+    /// tell without searching. The query planner declines the index before
+    /// searching when reading even these rows costs more than the scan.
     fn estimate_rows(&self, _query: &IndexQuery) -> Option<u64> {
         None
     }

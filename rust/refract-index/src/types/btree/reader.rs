@@ -13,7 +13,7 @@ use roaring::RoaringTreemap;
 use super::files::{Caching, SegmentFiles, ADDRESS_READ_ROWS, VALUE_READ_ROWS};
 use super::lookup::{self, PageEntry};
 use super::{BTreeDetails, PAGE_LOOKUP_FILE};
-use crate::keys::{interval_meets, range_is_empty, Key, KeyColumn, KeyKind};
+use crate::keys::{interval_meets, interval_within, range_is_empty, Key, KeyColumn, KeyKind};
 use crate::types::addresses::bounded_pieces;
 use crate::types::{IndexContext, IndexQuery, IndexSegmentReader, SearchResult};
 
@@ -191,7 +191,9 @@ impl IndexSegmentReader for BTreeSegment {
         Ok(SearchResult::Exact(opened.search(&ranges).await?))
     }
 
-    /// Rows of the pages whose `[min, max]` meets the query (tombstones included).
+    /// Rows of the pages whose whole `[min, max]` lies inside the query: they
+    /// certainly match as stored (tombstones included). Pages the query only
+    /// meets may hold a single match, so they count for nothing here.
     fn estimate_rows(&self, query: &IndexQuery) -> Option<u64> {
         let Some(opened) = &self.inner else {
             return self.can_answer(query).then_some(0);
@@ -199,9 +201,15 @@ impl IndexSegmentReader for BTreeSegment {
         let ranges = opened.ranges(query)?;
         Some(
             opened
-                .candidate_rows(&ranges)
+                .pages
                 .iter()
-                .map(|rows| rows.end - rows.start)
+                .filter(|page| {
+                    ranges.iter().any(|(low, high)| {
+                        !range_is_empty(low, high)
+                            && interval_within(&page.min, &page.max, low, high)
+                    })
+                })
+                .map(|page| page.rows)
                 .sum(),
         )
     }
