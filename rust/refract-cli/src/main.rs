@@ -23,10 +23,41 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = runtime.block_on(refract_cli::commands::run(cli.command)) {
-        eprintln!("error: {e}");
-        std::process::exit(1);
+    quiet_panics();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(refract_cli::commands::run(cli.command))
+    }));
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+        Err(payload) => {
+            eprintln!("error: internal failure: {}", panic_text(payload.as_ref()));
+            std::process::exit(1);
+        }
     }
+}
+
+/// Panics a reader catches (Lance decoding damaged bytes) become `Corrupt`
+/// errors; the default hook would still print a multi-line report naming a
+/// dependency's source file first. The report goes to the log instead
+/// (`RUST_LOG=debug`), and an uncaught one ends `main` with one line.
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        tracing::debug!(location = ?info.location(), "panic: {}", panic_text(info.payload()));
+    }));
+}
+
+/// The first line of a panic's message.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string());
+    text.lines().next().unwrap_or_default().to_string()
 }
 
 /// Help and version print as clap renders them; every other command-line
