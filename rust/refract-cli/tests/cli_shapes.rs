@@ -1,27 +1,13 @@
 //! The command-line shapes scripts depend on: exact JSON keys and values,
 //! exit codes, and the distributed compaction flow through files.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
+use support::{ok, refract};
 
 use serde_json::Value;
-
-fn refract(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_refract"))
-        .args(args)
-        .output()
-        .expect("the refract binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let output = refract(args);
-    assert!(
-        output.status.success(),
-        "refract {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 fn json_lines(text: &str) -> Vec<Value> {
     text.lines()

@@ -9,28 +9,13 @@
 //! Flips inside data pages can decode to other valid values (stored files
 //! carry no checksums yet): those are not tested here.
 
+mod support;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use support::{ok, refract};
 
 use serde_json::Value;
-
-fn refract(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_refract"))
-        .args(args)
-        .output()
-        .expect("the refract binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let output = refract(args);
-    assert!(
-        output.status.success(),
-        "refract {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 /// Runs `args`, which must fail with a one-line Corrupt error naming `file`
 /// (dataset-relative); returns the message.

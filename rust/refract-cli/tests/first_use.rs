@@ -2,27 +2,12 @@
 //! CSV of every column, the distributed flow keeping its options and being
 //! safe to re-run, range-checked numbers, and a round limit that says so.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use support::{ok, refract};
 
 use serde_json::Value;
-
-fn refract(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_refract"))
-        .args(args)
-        .output()
-        .expect("the refract binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let output = refract(args);
-    assert!(
-        output.status.success(),
-        "refract {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 /// The one-line error of a refused command and its exit code.
 fn refused(args: &[&str]) -> (String, i32) {

@@ -2,14 +2,9 @@
 //! and why, and the rows equal `refract scan` with the same filter on either
 //! path.
 
-use std::process::{Command, Output};
+mod support;
 
-fn refract(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_refract"))
-        .args(args)
-        .output()
-        .expect("the refract binary runs")
-}
+use support::refract;
 
 /// Runs `refract args`; stdout and stderr of a successful run.
 fn ok(args: &[&str]) -> (String, String) {
