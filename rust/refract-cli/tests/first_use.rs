@@ -306,7 +306,7 @@ fn numeric_options_name_their_valid_range_in_one_line() {
         "100000",
     ]);
     assert!(
-        error.contains("--partitions") && error.contains("45 live rows"),
+        error.contains("partitions") && error.contains("45 live rows"),
         "{error}"
     );
     assert_eq!(ok(&["versions", &uri]), versions, "nothing was committed");

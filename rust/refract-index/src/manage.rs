@@ -141,6 +141,15 @@ pub async fn create_index_with(
     }
     let registered = registry.get(index_type)?;
     check_column(dataset, registered, column)?;
+    if let Some(partitions) = params.partitions {
+        // Each partition is trained from at least one row.
+        let live_rows: u64 = dataset.fragments().iter().map(|f| f.live_rows()).sum();
+        if u64::from(partitions) > live_rows {
+            return Err(Error::invalid_input(format!(
+                "partitions must be at most the table's {live_rows} live rows, got {partitions}"
+            )));
+        }
+    }
     let ids: Vec<u64> = dataset.fragments().iter().map(|f| f.id).collect();
     let meta = build_segment(dataset, registered, name, column, &ids, params).await?;
     dataset

@@ -331,3 +331,41 @@ async fn k_larger_than_the_live_rows_returns_every_live_row_in_order() {
     assert!(distances.values().windows(2).all(|w| w[0] <= w[1]));
     assert_eq!(distances.null_count(), 0);
 }
+
+#[tokio::test]
+async fn more_partitions_than_live_rows_is_refused_before_building() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("ds");
+    let mut dataset = Dataset::create(uri.to_str().unwrap(), schema(), OpenOptions::default())
+        .await
+        .unwrap();
+    dataset
+        .append(vec![Generator::new().batch(0, 20)], &write_options(10))
+        .await
+        .unwrap();
+    dataset.delete("id < 5").await.unwrap();
+    let params = IndexParams {
+        partitions: Some(16),
+        ..IndexParams::default()
+    };
+    let err = create_index(&dataset, INDEX, "vec", "ivf_flat", &params)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, refract_core::Error::InvalidInput { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "invalid input: partitions must be at most the table's 15 live rows, got 16"
+    );
+    let latest = dataset.checkout_latest().await.unwrap();
+    assert_eq!(latest.version(), dataset.version(), "nothing committed");
+    let fits = IndexParams {
+        partitions: Some(15),
+        ..IndexParams::default()
+    };
+    create_index(&dataset, INDEX, "vec", "ivf_flat", &fits)
+        .await
+        .unwrap();
+}

@@ -21,15 +21,6 @@ pub async fn create(
     partitions: Option<u32>,
 ) -> Result<()> {
     let dataset = Dataset::open(uri).await?;
-    if let Some(partitions) = partitions {
-        // Each partition is trained from at least one row.
-        let live_rows: u64 = dataset.fragments().iter().map(|f| f.live_rows()).sum();
-        if u64::from(partitions) > live_rows {
-            return Err(Error::invalid_input(format!(
-                "--partitions must be at most the table's {live_rows} live rows, got {partitions}"
-            )));
-        }
-    }
     let params = IndexParams {
         partitions,
         ..IndexParams::default()
