@@ -51,6 +51,11 @@ impl DeletionVector {
         &self.deleted
     }
 
+    /// The deleted offsets, by value.
+    pub fn into_bitmap(self) -> RoaringBitmap {
+        self.deleted
+    }
+
     /// True if `offset` is deleted.
     pub fn contains(&self, offset: u32) -> bool {
         self.deleted.contains(offset)

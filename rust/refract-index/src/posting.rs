@@ -83,8 +83,7 @@ fn split_part<'a>(
 fn decode_part(body: &[u8], high: u32, what: &str) -> Result<RoaringBitmap> {
     Ok(DeletionVector::from_bytes(body, PART_DOMAIN)
         .map_err(|e| Error::corrupt(what, format!("posting part {high}: {e}")))?
-        .bitmap()
-        .clone())
+        .into_bitmap())
 }
 
 fn header<'a>(bytes: &'a [u8], what: &str) -> Result<(u32, usize, &'a [u8])> {

@@ -276,7 +276,13 @@ async fn current_addresses(
     let in_coverage =
         |addr: u64| u32::try_from(addr >> 32).is_ok_and(|frag| resolved.coverage.contains(frag));
     let Some(translator) = &resolved.translator else {
-        return Ok(stored.into_iter().filter(|a| in_coverage(*a)).collect());
+        // Whole fragments in or out: keep their bitmaps, no per-row inserts.
+        return Ok(RoaringTreemap::from_bitmaps(
+            stored
+                .bitmaps()
+                .filter(|(frag, _)| resolved.coverage.contains(*frag))
+                .map(|(frag, offsets)| (frag, offsets.clone())),
+        ));
     };
     let mut out = RoaringTreemap::new();
     let mut batch = Vec::with_capacity(MAX_TRANSLATION_BATCH);
@@ -331,16 +337,15 @@ pub(crate) async fn drop_deleted(
     dataset: &Dataset,
     addrs: RoaringTreemap,
 ) -> Result<RoaringTreemap> {
-    let mut out = RoaringTreemap::new();
+    let mut live = Vec::new();
     for (frag, offsets) in addrs.bitmaps() {
         let Some(fragment) = dataset.manifest().fragment(u64::from(frag)) else {
             continue;
         };
         let deleted = dataset.deletion_vector(fragment).await?;
-        let live = offsets - deleted.bitmap();
-        out.extend(live.iter().map(|o| (u64::from(frag) << 32) | u64::from(o)));
+        live.push((frag, offsets - deleted.bitmap()));
     }
-    Ok(out)
+    Ok(RoaringTreemap::from_bitmaps(live))
 }
 
 /// Live fragments (in scan order) not in `covered`.

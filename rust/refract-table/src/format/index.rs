@@ -59,7 +59,7 @@ impl IndexMetadata {
                 // The framing-checked decoder bounds allocations by the input
                 // size; ids range over u32 except the tombstone.
                 DeletionVector::from_bytes(bytes, u64::from(u32::MAX))
-                    .map(|decoded| decoded.bitmap().clone())
+                    .map(DeletionVector::into_bitmap)
                     .map_err(|err| {
                         Error::corrupt(
                             "manifest",

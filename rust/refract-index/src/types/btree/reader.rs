@@ -130,11 +130,23 @@ impl Opened {
             }
         }
         let mut found = RoaringTreemap::new();
+        let mut sorted: Vec<u64> = Vec::new();
         for rows in merge(matches) {
             for piece in bounded_pieces(rows, ADDRESS_READ_ROWS) {
                 let addresses = self.files.read_addresses(piece).await?;
-                // Tombstones (nulls) are skipped.
-                found.extend(addresses.iter().flatten());
+                // Tombstones (nulls) are skipped. Sorting the bounded piece
+                // lets it join the answer container by container instead of
+                // one insert per address.
+                sorted.clear();
+                sorted.extend(addresses.iter().flatten());
+                sorted.sort_unstable();
+                sorted.dedup();
+                match RoaringTreemap::from_sorted_iter(sorted.iter().copied()) {
+                    Ok(piece_map) => found |= piece_map,
+                    // Unreachable (sorted just above); inserting one by one is
+                    // still right.
+                    Err(_) => found.extend(sorted.iter().copied()),
+                }
             }
         }
         Ok(found)
