@@ -20,6 +20,7 @@ use clap::{Parser, ValueEnum};
 use futures::TryStreamExt;
 use refract_benchmarks::{copy_dir, current_rss_bytes, emit, peak_rss_bytes, reset_peak_rss};
 use refract_cli::commands::data::{append_synthetic, open_or_create};
+use refract_cli::commands::Location;
 use refract_cli::synthetic::DEFAULT_DIM;
 use refract_optimize::compaction::{
     commit_compaction, execute_plan, plan_compaction, plan_tasks, CompactionOptions, FragmentStats,
@@ -158,7 +159,7 @@ fn spawn_phase(phase: Phase, args: &Args, dir: &Path, re_encode: bool) -> BenchR
 
 async fn run_phase(phase: Phase, args: &Args, dir: &Path) -> BenchResult<()> {
     let uri = dir.to_string_lossy().to_string();
-    let mut dataset = open_or_create(&uri, DEFAULT_DIM).await?;
+    let mut dataset = open_or_create(&Location::plain(&uri), DEFAULT_DIM).await?;
     match phase {
         Phase::Load => bench_load(&mut dataset, args).await,
         Phase::ReadSide => bench_read_side(&dataset).await,

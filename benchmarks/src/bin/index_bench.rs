@@ -18,6 +18,7 @@ use refract_benchmarks::{
     CountingAllocator,
 };
 use refract_cli::commands::data::{append_synthetic, open_or_create};
+use refract_cli::commands::Location;
 use refract_cli::synthetic::DEFAULT_DIM;
 use refract_core::{FragmentRows, RewriteGroupInput, RowAddrRemap, Translator};
 use refract_index::manage::index_context;
@@ -207,7 +208,7 @@ async fn run(args: &Args) -> Result<(), BoxError> {
     let rows = args.rows();
     let repeats = args.repeats.max(1);
     let started = Instant::now();
-    let mut dataset = open_or_create(&uri(&source), DEFAULT_DIM).await?;
+    let mut dataset = open_or_create(&Location::plain(&uri(&source)), DEFAULT_DIM).await?;
     append_synthetic(&mut dataset, rows, args.fragment_rows, 0, DEFAULT_DIM).await?;
     let fragments = dataset.fragments().len();
     drop(dataset);

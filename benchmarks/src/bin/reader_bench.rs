@@ -21,6 +21,7 @@ use arrow_array::{Array, Int64Array};
 use clap::Parser;
 use refract_benchmarks::emit;
 use refract_cli::commands::data::{append_synthetic, open_or_create};
+use refract_cli::commands::Location;
 use refract_index::{create_index, drop_index, IndexParams, Query, SegmentResolver};
 use refract_optimize::fri::{partition_fragments, PartitionBy, PartitionOptions};
 use refract_reader::{ChunkCacheMode, FriResolver};
@@ -119,7 +120,8 @@ fn random_ids(rows: u64, n: usize) -> Vec<i64> {
 /// The CLI's synthetic table (`id` = 0..rows in order), with 4-dimensional
 /// vectors to keep the data small.
 async fn build_table(uri: &str, rows: u64, fragment_rows: u64) -> Result<Dataset, BoxError> {
-    let mut ds = open_or_create(uri, 4).await?;
+    let at = Location::plain(uri);
+    let mut ds = open_or_create(&at, 4).await?;
     append_synthetic(&mut ds, rows, fragment_rows, 0, 4).await?;
     Ok(ds)
 }

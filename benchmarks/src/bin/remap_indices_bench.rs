@@ -48,6 +48,7 @@ use refract_benchmarks::{
     uri,
 };
 use refract_cli::commands::data::{append_synthetic, open_or_create};
+use refract_cli::commands::Location;
 use refract_cli::synthetic::DEFAULT_DIM;
 use refract_core::{FragmentRows, RewriteGroupInput, RowAddrRemap};
 use refract_index::manage::{build_segment, index_context, segments_of};
@@ -288,7 +289,7 @@ async fn run(args: &Args, root: &Path) -> Result<(), BoxError> {
     let source = root.join("source");
     let rows = args.rows();
     let started = Instant::now();
-    let mut dataset = open_or_create(&uri(&source), DEFAULT_DIM).await?;
+    let mut dataset = open_or_create(&Location::plain(&uri(&source)), DEFAULT_DIM).await?;
     append_synthetic(&mut dataset, rows, args.fragment_rows, 0, DEFAULT_DIM).await?;
     emit(json!({
         "benchmark": "remap_indices_bench_load",
@@ -701,7 +702,7 @@ async fn build_btree(
 /// The large btree case (see the module docs).
 async fn bench_btree_large(args: &Args, at: &Path) -> Result<(), BoxError> {
     let layout = LargeLayout::new(args.btree_rows, args.btree_fragments, args.btree_values)?;
-    let dataset = open_or_create(&uri(at), 1).await?;
+    let dataset = open_or_create(&Location::plain(&uri(at)), 1).await?;
     let ctx = index_context(&dataset);
     let registry = IndexRegistry::with_builtins();
 

@@ -14,6 +14,23 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// A storage option of a cloud store, KEY=VALUE with object_store's
+    /// lowercase keys (aws_endpoint, aws_region, allow_http,
+    /// azure_storage_account_name, google_service_account, ...); repeatable.
+    /// AWS_*, AZURE_* and GOOGLE_* environment variables fill the keys left out.
+    #[arg(long = "storage-option", value_name = "KEY=VALUE", global = true, value_parser = storage_option)]
+    pub storage_options: Vec<(String, String)>,
+}
+
+/// Parses one `KEY=VALUE` storage option; the value is never echoed (it may
+/// be a secret).
+fn storage_option(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_ascii_lowercase(), value.to_string()))
+        }
+        _ => Err("expected KEY=VALUE (e.g. aws_region=us-east-1)".to_string()),
+    }
 }
 
 /// Output format of row-returning commands.
@@ -33,12 +50,16 @@ pub enum Command {
     /// Run the end-to-end demo on a local dataset.
     Demo {
         /// Directory for the demo dataset (default: a fresh temporary directory).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "uri")]
         dir: Option<std::path::PathBuf>,
+        /// Dataset URI for the demo instead of a directory, e.g. s3://bucket/prefix
+        /// (configured by --storage-option and the environment); must hold no dataset.
+        #[arg(long)]
+        uri: Option<String>,
     },
     /// Append synthetic rows, creating the dataset if absent.
     Append {
-        /// Dataset URI (local path, file://, memory://).
+        /// Dataset URI (local path, file://, memory://, s3://, az://, abfs[s]://, gs://).
         uri: String,
         /// Number of rows to append.
         #[arg(long, allow_negative_numbers = true, value_parser = integer(1u64, None))]

@@ -4,6 +4,17 @@ use clap::error::ErrorKind;
 use clap::Parser;
 use refract_cli::args::Cli;
 
+/// glibc's malloc keeps a growing arena per thread and returns little of it:
+/// an ivf_flat build over 2M rows peaked at 491 MB of RSS for 195 MB of heap.
+/// mimalloc gives freed pages back, so the process's memory follows its heap.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Threads for blocking file I/O (local stores read and write on them). Each
+/// keeps its own allocator heap, so an unbounded pool (tokio's default is 512)
+/// holds memory that grows with the work done.
+const BLOCKING_THREADS: usize = 16;
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -15,6 +26,7 @@ fn main() {
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
         .build()
     {
         Ok(runtime) => runtime,
@@ -25,7 +37,8 @@ fn main() {
     };
     quiet_panics();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(refract_cli::commands::run(cli.command))
+        let storage = cli.storage_options.iter().cloned().collect();
+        runtime.block_on(refract_cli::commands::run(cli.command, &storage))
     }));
     match outcome {
         Ok(Ok(())) => {}

@@ -161,11 +161,14 @@ fn exec_with(edit: impl FnOnce(&mut Value)) -> Error {
     let path = dir.path().join("plan.json");
     std::fs::write(&path, plan.to_string()).unwrap();
     let err = runtime
-        .block_on(run(Command::CompactExec {
-            uri: dataset.uri().to_string(),
-            plan: path,
-            task: 0,
-        }))
+        .block_on(run(
+            Command::CompactExec {
+                uri: dataset.uri().to_string(),
+                plan: path,
+                task: 0,
+            },
+            &Default::default(),
+        ))
         .unwrap_err();
     let after = runtime.block_on(Dataset::open(dataset.uri())).unwrap();
     assert_eq!(after.version(), dataset.version(), "exec never commits");
@@ -216,11 +219,14 @@ fn commit_with(edit: impl FnOnce(&mut Value, &Dataset)) -> (Result<(), Error>, b
     edit(&mut result, &dataset);
     let path: PathBuf = dir.path().join("result.json");
     std::fs::write(&path, result.to_string()).unwrap();
-    let outcome = runtime.block_on(run(Command::CompactCommit {
-        uri: dataset.uri().to_string(),
-        results: vec![path],
-        json: true,
-    }));
+    let outcome = runtime.block_on(run(
+        Command::CompactCommit {
+            uri: dataset.uri().to_string(),
+            results: vec![path],
+            json: true,
+        },
+        &Default::default(),
+    ));
     let latest = runtime.block_on(Dataset::open(dataset.uri())).unwrap();
     // An unreadable latest version is a change too.
     let unchanged = runtime

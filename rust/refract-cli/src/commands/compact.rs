@@ -1,5 +1,6 @@
 //! `compact`, `compact-plan`, `compact-exec` and `compact-commit`.
 
+use super::location::Location;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -9,7 +10,6 @@ use refract_optimize::compaction::{
     commit_compaction, compact_files, plan_compaction, plan_from_json, CompactionMetrics,
     CompactionOptions, ProgressCallback, RewriteResult,
 };
-use refract_table::dataset::Dataset;
 
 use crate::args::CompactArgs;
 
@@ -77,13 +77,13 @@ fn metrics_line(metrics: &CompactionMetrics) -> String {
 /// `refract compact`. With `until_noop_rounds`, repeats until a round commits
 /// nothing or that many rounds ran, and says which.
 pub async fn compact(
-    uri: &str,
+    at: &Location,
     args: &CompactArgs,
     until_noop_rounds: Option<usize>,
     json: bool,
 ) -> Result<()> {
     let options = options_from_args(args)?;
-    let mut dataset = Dataset::open(uri).await?;
+    let mut dataset = at.open().await?;
     let max_rounds = until_noop_rounds.unwrap_or(1);
     for round in 1..=max_rounds {
         let (bar, callback) = progress_bar(&format!("compaction round {round}"));
@@ -119,9 +119,9 @@ pub async fn compact(
 }
 
 /// `refract compact-plan`.
-pub async fn compact_plan(uri: &str, args: &CompactArgs) -> Result<()> {
+pub async fn compact_plan(at: &Location, args: &CompactArgs) -> Result<()> {
     let options = options_from_args(args)?;
-    let dataset = Dataset::open(uri).await?;
+    let dataset = at.open().await?;
     let plan = plan_compaction(&dataset, &options)?;
     let text = serde_json::to_string_pretty(&plan)
         .map_err(|e| Error::external("serializing the plan", e))?;
@@ -135,7 +135,7 @@ fn read_text(path: &Path) -> Result<String> {
 }
 
 /// `refract compact-exec`.
-pub async fn compact_exec(uri: &str, plan_path: &Path, task: usize) -> Result<()> {
+pub async fn compact_exec(at: &Location, plan_path: &Path, task: usize) -> Result<()> {
     let plan = plan_from_json(&read_text(plan_path)?)?;
     let task = plan.tasks.get(task).ok_or_else(|| {
         Error::invalid_input(format!(
@@ -143,7 +143,7 @@ pub async fn compact_exec(uri: &str, plan_path: &Path, task: usize) -> Result<()
             plan.tasks.len()
         ))
     })?;
-    let dataset = Dataset::open(uri).await?;
+    let dataset = at.open().await?;
     let result = task.execute(&dataset).await?;
     let text = serde_json::to_string(&result)
         .map_err(|e| Error::external("serializing the task result", e))?;
@@ -152,7 +152,7 @@ pub async fn compact_exec(uri: &str, plan_path: &Path, task: usize) -> Result<()
 }
 
 /// `refract compact-commit`.
-pub async fn compact_commit(uri: &str, result_paths: &[PathBuf], json: bool) -> Result<()> {
+pub async fn compact_commit(at: &Location, result_paths: &[PathBuf], json: bool) -> Result<()> {
     let mut results = Vec::with_capacity(result_paths.len());
     for path in result_paths {
         let result: RewriteResult = serde_json::from_str(&read_text(path)?).map_err(|e| {
@@ -163,7 +163,7 @@ pub async fn compact_commit(uri: &str, result_paths: &[PathBuf], json: bool) -> 
         })?;
         results.push(result);
     }
-    let dataset = Dataset::open(uri).await?;
+    let dataset = at.open().await?;
     let (_, metrics) = commit_compaction(&dataset, results).await?;
     crate::out!(
         "{}",

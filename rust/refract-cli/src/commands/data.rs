@@ -1,8 +1,9 @@
 //! `append`, `delete` and `scan`.
 
+use super::location::Location;
 use arrow_array::RecordBatch;
 use refract_core::{Error, Result};
-use refract_table::dataset::{Dataset, OpenOptions, WriteOptions};
+use refract_table::dataset::{Dataset, WriteOptions};
 
 use crate::args::RowFormat;
 use crate::output::render_rows;
@@ -11,12 +12,12 @@ use crate::synthetic;
 /// Rows per fragment when `--fragment-rows` is not given.
 pub const DEFAULT_FRAGMENT_ROWS: u64 = 1_048_576;
 
-/// Opens `uri`, or creates it with the synthetic schema of `dim` dimensions.
-pub async fn open_or_create(uri: &str, dim: i32) -> Result<Dataset> {
-    match Dataset::open(uri).await {
+/// Opens the dataset `at`, or creates it with the synthetic schema of `dim` dimensions.
+pub async fn open_or_create(at: &Location, dim: i32) -> Result<Dataset> {
+    match at.open().await {
         Ok(dataset) => Ok(dataset),
         Err(Error::NotFound { .. }) => {
-            Dataset::create(uri, synthetic::schema(dim), OpenOptions::default()).await
+            Dataset::create(&at.uri, synthetic::schema(dim), at.open_options()).await
         }
         Err(e) => Err(e),
     }
@@ -54,13 +55,13 @@ pub async fn append_synthetic(
 
 /// `refract append`.
 pub async fn append(
-    uri: &str,
+    at: &Location,
     rows: u64,
     fragment_rows: Option<u64>,
     start: i64,
     dim: i32,
 ) -> Result<()> {
-    let mut dataset = open_or_create(uri, dim).await?;
+    let mut dataset = open_or_create(at, dim).await?;
     let fragment_rows = fragment_rows.unwrap_or(DEFAULT_FRAGMENT_ROWS);
     append_synthetic(&mut dataset, rows, fragment_rows, start, dim).await?;
     crate::out!(
@@ -72,8 +73,8 @@ pub async fn append(
 }
 
 /// `refract delete`.
-pub async fn delete(uri: &str, filter: &str) -> Result<()> {
-    let mut dataset = Dataset::open(uri).await?;
+pub async fn delete(at: &Location, filter: &str) -> Result<()> {
+    let mut dataset = at.open().await?;
     let result = dataset.delete(filter).await?;
     crate::out!(
         "deleted {} rows; version {}",
@@ -116,8 +117,8 @@ pub async fn read_rows(dataset: &Dataset, request: &ScanRequest) -> Result<Recor
 }
 
 /// `refract scan`.
-pub async fn scan(uri: &str, request: &ScanRequest, format: RowFormat) -> Result<()> {
-    let dataset = Dataset::open(uri).await?;
+pub async fn scan(at: &Location, request: &ScanRequest, format: RowFormat) -> Result<()> {
+    let dataset = at.open().await?;
     let rows = read_rows(&dataset, request).await?;
     let text = render_rows(&[rows], format)?;
     if format == RowFormat::Table {

@@ -28,8 +28,11 @@ use refract_reader::FriResolver;
 use refract_table::cleanup::cleanup_orphans;
 use refract_table::dataset::Dataset;
 
+use refract_table::io::StorageOptions;
+
 use super::compact::progress_bar;
 use super::data::{append_synthetic, open_or_create, read_rows, ScanRequest};
+use super::location::Location;
 use crate::output::render_summary;
 use crate::synthetic;
 
@@ -83,16 +86,30 @@ impl Summary {
     }
 }
 
-/// Runs the demo in `dir` (a fresh directory under the system temp dir by default).
-pub async fn run(dir: Option<PathBuf>) -> Result<()> {
-    let dir = prepare_dir(dir)?;
-    let uri = dir.to_string_lossy().to_string();
+/// Runs the demo at `uri` (a dataset URI that must hold no dataset yet, e.g.
+/// `s3://bucket/prefix`), else in `dir` (a fresh directory under the system
+/// temp dir by default).
+pub async fn run(
+    dir: Option<PathBuf>,
+    uri: Option<String>,
+    storage: &StorageOptions,
+) -> Result<()> {
+    let uri = match uri {
+        Some(uri) => uri,
+        None => prepare_dir(dir)?.to_string_lossy().to_string(),
+    };
+    let at = Location::new(&uri, storage);
     crate::out!("refract demo: dataset at {uri}");
     let mut summary = Summary::default();
     let mut deleted: Vec<(i64, i64)> = Vec::new();
 
     let started = Instant::now();
-    let mut dataset = open_or_create(&uri, DEMO_DIM).await?;
+    if at.open().await.is_ok() {
+        return Err(Error::invalid_input(format!(
+            "a dataset already exists at {uri}; the demo needs a fresh location"
+        )));
+    }
+    let mut dataset = open_or_create(&at, DEMO_DIM).await?;
     let bar = spinner("appending rows");
     append_synthetic(&mut dataset, DEMO_ROWS, DEMO_FRAGMENT_ROWS, 0, DEMO_DIM).await?;
     bar.finish_and_clear();

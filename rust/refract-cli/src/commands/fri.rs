@@ -1,5 +1,6 @@
 //! `partition`, `fri`, `remap`, `trim` and `maintain`.
 
+use super::location::Location;
 use refract_core::{Error, Result};
 use refract_optimize::fri::describe::describe_fri;
 use refract_optimize::fri::labels::PartitionBy;
@@ -8,7 +9,7 @@ use refract_optimize::maintain::{maintain, MaintainOptions};
 use refract_optimize::remap::report::{SegmentStatus, UnchangedReason};
 use refract_optimize::remap::{remap_indices, RemapOptions};
 use refract_optimize::trim::trim_fri;
-use refract_table::dataset::Dataset;
+
 use serde::Serialize;
 
 use super::compact::options_from_args;
@@ -20,13 +21,13 @@ fn to_json<T: Serialize>(value: &T) -> Result<String> {
 
 /// `refract partition`.
 pub async fn partition(
-    uri: &str,
+    at: &Location,
     by: &str,
     destinations: u32,
     fragments: Option<Vec<u64>>,
     json: bool,
 ) -> Result<()> {
-    let mut dataset = Dataset::open(uri).await?;
+    let mut dataset = at.open().await?;
     let mut options = PartitionOptions::new(PartitionBy::Hash {
         column: by.to_string(),
         destinations,
@@ -55,8 +56,8 @@ pub async fn partition(
 }
 
 /// `refract fri`.
-pub async fn fri(uri: &str, json: bool) -> Result<()> {
-    let dataset = Dataset::open(uri).await?;
+pub async fn fri(at: &Location, json: bool) -> Result<()> {
+    let dataset = at.open().await?;
     let description = describe_fri(&dataset).await?;
     if json {
         crate::out!("{}", to_json(&description)?);
@@ -107,12 +108,12 @@ fn remap_options(name: Option<String>, budget_bytes: Option<u64>) -> RemapOption
 
 /// `refract remap`.
 pub async fn remap(
-    uri: &str,
+    at: &Location,
     name: Option<String>,
     budget_bytes: Option<u64>,
     json: bool,
 ) -> Result<()> {
-    let mut dataset = Dataset::open(uri).await?;
+    let mut dataset = at.open().await?;
     let report = remap_indices(&mut dataset, remap_options(name, budget_bytes)).await?;
     if json {
         crate::out!("{}", to_json(&report)?);
@@ -149,8 +150,8 @@ pub async fn remap(
 }
 
 /// `refract trim`.
-pub async fn trim(uri: &str, json: bool) -> Result<()> {
-    let mut dataset = Dataset::open(uri).await?;
+pub async fn trim(at: &Location, json: bool) -> Result<()> {
+    let mut dataset = at.open().await?;
     let report = trim_fri(&mut dataset).await?;
     if json {
         crate::out!("{}", to_json(&report)?);
@@ -169,13 +170,13 @@ pub async fn trim(uri: &str, json: bool) -> Result<()> {
 
 /// `refract maintain`.
 pub async fn run_maintain(
-    uri: &str,
+    at: &Location,
     args: &CompactArgs,
     until_noop_rounds: Option<usize>,
     reindex: bool,
     json: bool,
 ) -> Result<()> {
-    let mut dataset = Dataset::open(uri).await?;
+    let mut dataset = at.open().await?;
     let defaults = MaintainOptions::default();
     let options = MaintainOptions {
         compaction: Some(options_from_args(args)?),

@@ -1,5 +1,6 @@
 //! `create-index`, `optimize-indices` and `query`.
 
+use super::location::Location;
 use std::sync::Arc;
 
 use refract_core::{Error, Result};
@@ -14,13 +15,13 @@ use crate::output::render_rows;
 
 /// `refract create-index`.
 pub async fn create(
-    uri: &str,
+    at: &Location,
     name: &str,
     column: &str,
     kind: IndexKind,
     partitions: Option<u32>,
 ) -> Result<()> {
-    let dataset = Dataset::open(uri).await?;
+    let dataset = at.open().await?;
     let params = IndexParams {
         partitions,
         ..IndexParams::default()
@@ -37,8 +38,8 @@ pub async fn create(
 }
 
 /// `refract optimize-indices`.
-pub async fn optimize(uri: &str, name: Option<&str>) -> Result<()> {
-    let mut dataset = Dataset::open(uri).await?;
+pub async fn optimize(at: &Location, name: Option<&str>) -> Result<()> {
+    let mut dataset = at.open().await?;
     let names: Vec<String> = match name {
         Some(name) => vec![name.to_string()],
         None => list_indices(&dataset)
@@ -128,7 +129,7 @@ pub fn render_explain(explain: &Explain) -> String {
 
 /// `refract query`.
 pub async fn query(
-    uri: &str,
+    at: &Location,
     request: &QueryRequest,
     explain: bool,
     format: RowFormat,
@@ -138,7 +139,7 @@ pub async fn query(
             "query needs --filter and/or --nearest with --vector",
         ));
     }
-    let dataset = Dataset::open(uri).await?;
+    let dataset = at.open().await?;
     let result = build_query(&dataset, request)?.execute().await?;
     if explain {
         eprint!("{}", render_explain(&result.explain));

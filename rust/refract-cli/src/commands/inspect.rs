@@ -1,7 +1,8 @@
 //! `inspect` and `versions`.
 
+use super::location::Location;
 use refract_core::Result;
-use refract_table::dataset::{Dataset, OpenOptions, VersionEntry};
+use refract_table::dataset::{Dataset, VersionEntry};
 use serde_json::{json, Value};
 
 /// The JSON description `refract inspect --json` prints.
@@ -46,8 +47,8 @@ pub fn describe(dataset: &Dataset) -> Value {
 }
 
 /// `refract inspect`.
-pub async fn inspect(uri: &str, as_json: bool) -> Result<()> {
-    let dataset = Dataset::open(uri).await?;
+pub async fn inspect(at: &Location, as_json: bool) -> Result<()> {
+    let dataset = at.open().await?;
     let description = describe(&dataset);
     if as_json {
         crate::out!("{description:#}");
@@ -98,8 +99,8 @@ pub async fn inspect(uri: &str, as_json: bool) -> Result<()> {
 /// (it names the version and its manifest file). The other versions are
 /// listed all the same and the command succeeds; only a store failure fails
 /// it. Works when the latest version is the unreadable one.
-pub async fn versions(uri: &str) -> Result<()> {
-    let history = Dataset::version_history_at(uri, OpenOptions::default()).await?;
+pub async fn versions(at: &Location) -> Result<()> {
+    let history = Dataset::version_history_at(&at.uri, at.open_options()).await?;
     crate::out!("{:>8}  {:>15}  operation", "version", "timestamp_ms");
     for entry in history {
         match entry {

@@ -6,23 +6,29 @@ mod demo;
 pub mod fri;
 pub mod index;
 mod inspect;
+pub mod location;
 
 use refract_core::Result;
 
-use crate::args::Command;
+use refract_table::io::StorageOptions;
 
-/// Runs one parsed command, printing its output to stdout.
-pub async fn run(command: Command) -> Result<()> {
+use crate::args::Command;
+pub use location::Location;
+
+/// Runs one parsed command on datasets configured by `storage` (and the
+/// environment), printing its output to stdout.
+pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
+    let at = |uri: &str| Location::new(uri, storage);
     match command {
-        Command::Demo { dir } => demo::run(dir).await,
+        Command::Demo { dir, uri } => demo::run(dir, uri, storage).await,
         Command::Append {
             uri,
             rows,
             fragment_rows,
             start,
             dim,
-        } => data::append(&uri, rows, fragment_rows, start, dim).await,
-        Command::Delete { uri, filter } => data::delete(&uri, &filter).await,
+        } => data::append(&at(&uri), rows, fragment_rows, start, dim).await,
+        Command::Delete { uri, filter } => data::delete(&at(&uri), &filter).await,
         Command::Scan {
             uri,
             columns,
@@ -37,10 +43,10 @@ pub async fn run(command: Command) -> Result<()> {
                 limit,
                 with_row_address,
             };
-            data::scan(&uri, &request, format).await
+            data::scan(&at(&uri), &request, format).await
         }
-        Command::Inspect { uri, json } => inspect::inspect(&uri, json).await,
-        Command::Versions { uri } => inspect::versions(&uri).await,
+        Command::Inspect { uri, json } => inspect::inspect(&at(&uri), json).await,
+        Command::Versions { uri } => inspect::versions(&at(&uri)).await,
         Command::Compact {
             uri,
             options,
@@ -49,18 +55,20 @@ pub async fn run(command: Command) -> Result<()> {
             json,
         } => {
             let rounds = if until_noop { Some(max_rounds) } else { None };
-            compact::compact(&uri, &options, rounds, json).await
+            compact::compact(&at(&uri), &options, rounds, json).await
         }
-        Command::CompactPlan { uri, options } => compact::compact_plan(&uri, &options).await,
-        Command::CompactExec { uri, plan, task } => compact::compact_exec(&uri, &plan, task).await,
+        Command::CompactPlan { uri, options } => compact::compact_plan(&at(&uri), &options).await,
+        Command::CompactExec { uri, plan, task } => {
+            compact::compact_exec(&at(&uri), &plan, task).await
+        }
         Command::CreateIndex {
             uri,
             name,
             column,
             index_type,
             partitions,
-        } => index::create(&uri, &name, &column, index_type, partitions).await,
-        Command::OptimizeIndices { uri, name } => index::optimize(&uri, name.as_deref()).await,
+        } => index::create(&at(&uri), &name, &column, index_type, partitions).await,
+        Command::OptimizeIndices { uri, name } => index::optimize(&at(&uri), name.as_deref()).await,
         Command::Query {
             uri,
             filter,
@@ -88,7 +96,7 @@ pub async fn run(command: Command) -> Result<()> {
                 nprobes,
                 columns,
             };
-            index::query(&uri, &request, explain, format).await
+            index::query(&at(&uri), &request, explain, format).await
         }
         Command::Partition {
             uri,
@@ -96,15 +104,15 @@ pub async fn run(command: Command) -> Result<()> {
             destinations,
             fragments,
             json,
-        } => fri::partition(&uri, &by, destinations, fragments, json).await,
-        Command::Fri { uri, json } => fri::fri(&uri, json).await,
+        } => fri::partition(&at(&uri), &by, destinations, fragments, json).await,
+        Command::Fri { uri, json } => fri::fri(&at(&uri), json).await,
         Command::Remap {
             uri,
             name,
             budget_bytes,
             json,
-        } => fri::remap(&uri, name, budget_bytes, json).await,
-        Command::Trim { uri, json } => fri::trim(&uri, json).await,
+        } => fri::remap(&at(&uri), name, budget_bytes, json).await,
+        Command::Trim { uri, json } => fri::trim(&at(&uri), json).await,
         Command::Maintain {
             uri,
             options,
@@ -114,10 +122,10 @@ pub async fn run(command: Command) -> Result<()> {
             json,
         } => {
             let rounds = if until_noop { Some(max_rounds) } else { None };
-            fri::run_maintain(&uri, &options, rounds, reindex, json).await
+            fri::run_maintain(&at(&uri), &options, rounds, reindex, json).await
         }
         Command::CompactCommit { uri, results, json } => {
-            compact::compact_commit(&uri, &results, json).await
+            compact::compact_commit(&at(&uri), &results, json).await
         }
     }
 }

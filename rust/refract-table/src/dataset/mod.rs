@@ -19,7 +19,7 @@ use crate::format::manifest::manifest_error;
 use crate::format::{Fragment, Manifest};
 use crate::io::deletion_file::read_deletion_file;
 use crate::io::paths::VERSIONS_DIR;
-use crate::io::{manifest_path, DatasetStore, LanceFileReader, RelativePath};
+use crate::io::{manifest_path, DatasetStore, LanceFileReader, RelativePath, StorageOptions};
 use crate::session::Session;
 use crate::transaction::{Operation, Transaction};
 
@@ -40,6 +40,9 @@ pub struct OpenOptions {
     pub features: ClientFeatures,
     /// A pre-built store (tests: fault injection, counting); resolved from the URI when `None`.
     pub store: Option<DatasetStore>,
+    /// Options of a cloud store resolved from the URI (keys and values as
+    /// object_store configures them; see [`StorageOptions`]).
+    pub storage_options: StorageOptions,
 }
 
 /// An immutable snapshot of one dataset version.
@@ -76,7 +79,7 @@ impl Dataset {
         write::validate_table_schema(&schema)?;
         let store = match options.store {
             Some(store) => store,
-            None => DatasetStore::open(uri, true).await?,
+            None => DatasetStore::open_with_options(uri, true, &options.storage_options).await?,
         };
         let session = options.session.unwrap_or_default();
         if !list_versions(&store).await?.is_empty() {
@@ -134,7 +137,7 @@ impl Dataset {
     async fn probe(uri: &str, options: OpenOptions) -> Result<Dataset> {
         let store = match options.store {
             Some(store) => store,
-            None => DatasetStore::open(uri, false).await?,
+            None => DatasetStore::open_with_options(uri, false, &options.storage_options).await?,
         };
         Ok(Dataset {
             store,

@@ -224,8 +224,11 @@ impl LanceFileWriter {
             ..FileWriterOptions::default()
         };
         // Small upload parts too, so the upload buffers stay as small.
+        // ...unless the store needs bigger parts (S3 and GCS: 5 MiB).
         let sink = Sink::Streaming {
-            part_bytes: usize::try_from(page_bytes).unwrap_or(usize::MAX),
+            part_bytes: usize::try_from(page_bytes)
+                .unwrap_or(usize::MAX)
+                .max(store.min_part_bytes()),
         };
         Self::create_into(store, path, schema, options, sink).await
     }

@@ -1,5 +1,6 @@
 //! Storage: object-store resolution, request counting, path validation, Lance files and deletion files.
 
+pub mod cloud;
 pub mod counting;
 pub mod deletion_file;
 pub mod direct_local;
@@ -11,6 +12,7 @@ pub mod read_ahead;
 pub mod store;
 pub mod upload;
 
+pub use cloud::{Cloud, StorageOptions};
 pub use counting::{CountingStore, PrefixStats, RequestStats};
 pub use deletion_file::{read_deletion_file, write_deletion_file, DeletionFileRef};
 pub use direct_local::{DirectLocalStore, DIRECT_WRITES_ENV};

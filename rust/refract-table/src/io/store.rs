@@ -21,6 +21,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload}
 use refract_core::{Error, Result};
 use url::Url;
 
+use super::cloud::{open_cloud, redacted_uri, scheme_of, Cloud, CloudTraits, StorageOptions};
 use super::counting::{CountingStore, RequestStats};
 use super::direct_local::DirectLocalStore;
 use super::paths::RelativePath;
@@ -30,6 +31,12 @@ use super::paths::RelativePath;
 const LANCE_BLOCK_SIZE: usize = 4096;
 /// Concurrent requests lance-io may issue per file.
 const LANCE_IO_PARALLELISM: usize = 16;
+/// Block size given to lance-io on cloud stores: ranged reads closer than this
+/// coalesce, since each request is a round trip.
+const CLOUD_BLOCK_SIZE: usize = 64 << 10;
+/// Concurrent requests lance-io may issue per file on cloud stores, where
+/// each one waits a round trip.
+const CLOUD_IO_PARALLELISM: usize = 32;
 /// Retries lance-io makes on a failed download.
 const LANCE_DOWNLOAD_RETRIES: usize = 3;
 /// Bytes of Lance file metadata (footers, page chunk tables) cached per store.
@@ -58,7 +65,14 @@ pub struct DatasetStore {
     object_store: Arc<dyn ObjectStore>,
     lance_store: Arc<lance_io::object_store::ObjectStore>,
     lance_cache: Arc<LanceCache>,
+    traits: CloudTraits,
 }
+
+/// How a store on local disk or in memory behaves.
+const LOCAL_TRAITS: CloudTraits = CloudTraits {
+    conditional_put: true,
+    min_part_bytes: 0,
+};
 
 impl std::fmt::Debug for DatasetStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,16 +97,6 @@ fn memory_store(name: &str) -> Arc<InMemory> {
         .clone()
 }
 
-/// The scheme of `uri` when it has one (`memory`, `file`, `s3`, ...).
-fn scheme_of(uri: &str) -> Option<&str> {
-    let (scheme, _) = uri.split_once("://")?;
-    let valid = !scheme.is_empty()
-        && scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    valid.then_some(scheme)
-}
-
 impl DatasetStore {
     /// Resolves a URI: a plain local path (default; relative paths are resolved
     /// against the current directory; the directory is created if missing when
@@ -101,7 +105,36 @@ impl DatasetStore {
     /// see the same data). Other schemes are InvalidInput naming the scheme.
     ///
     /// [`Self::uri`] of a local store is its canonical absolute path.
+    ///
+    /// # Errors
+    /// InvalidInput for an unsupported scheme or a malformed URI; NotFound for
+    /// a missing local directory when `create` is false.
     pub async fn open(uri: &str, create: bool) -> Result<DatasetStore> {
+        Self::open_with_options(uri, create, &StorageOptions::new()).await
+    }
+
+    /// Like [`Self::open`], also opening cloud URIs: `s3://bucket/prefix`
+    /// (and `s3a://`), `az://container/prefix` (and `azure://`, `abfs[s]://`)
+    /// and `gs://bucket/prefix`, configured by `options` (see
+    /// [`StorageOptions`]). Nothing is requested from the store here.
+    ///
+    /// # Errors
+    /// As [`Self::open`]; InvalidInput for an unknown option key, a value the
+    /// store's builder refuses, or any option given for a local or memory URI.
+    pub async fn open_with_options(
+        uri: &str,
+        create: bool,
+        options: &StorageOptions,
+    ) -> Result<DatasetStore> {
+        if let Some(cloud) = scheme_of(uri).and_then(Cloud::of_scheme) {
+            let (store, traits) = open_cloud(cloud, uri, options)?;
+            return Ok(DatasetStore::around(store, &redacted_uri(uri), traits));
+        }
+        if let Some(key) = options.keys().next() {
+            return Err(Error::invalid_input(format!(
+                "storage option {key:?} does not apply to {uri} (options configure cloud stores)"
+            )));
+        }
         match scheme_of(uri) {
             Some("memory") => {
                 let name = uri.strip_prefix("memory://").unwrap_or_default();
@@ -117,7 +150,8 @@ impl DatasetStore {
                 Self::open_local(&path, create).await
             }
             Some(other) => Err(Error::invalid_input(format!(
-                "unsupported URI scheme {other:?} in {uri:?} (supported: local paths, file://, memory://)"
+                "unsupported URI scheme {other:?} in {:?} (supported: local paths, file://, memory://, s3://, az://, abfs[s]://, gs://)",
+                redacted_uri(uri)
             ))),
             None => {
                 if uri.is_empty() {
@@ -175,6 +209,11 @@ impl DatasetStore {
     /// Wraps an arbitrary object store, rooted at the dataset root, as a dataset
     /// root (tests: fault injection, counting). Requests are counted from here on.
     pub fn from_object_store(store: Arc<dyn ObjectStore>, uri: &str) -> DatasetStore {
+        Self::around(store, uri, LOCAL_TRAITS)
+    }
+
+    fn around(store: Arc<dyn ObjectStore>, uri: &str, traits: CloudTraits) -> DatasetStore {
+        let cloud = traits != LOCAL_TRAITS;
         let counting = Arc::new(CountingStore::new(store));
         let object_store: Arc<dyn ObjectStore> = counting.clone();
         // Invariant: LANCE_STORE_URL is a constant, syntactically valid URL.
@@ -182,11 +221,19 @@ impl DatasetStore {
         let lance_store = lance_io::object_store::ObjectStore::new(
             object_store.clone(),
             url,
-            Some(LANCE_BLOCK_SIZE),
+            Some(if cloud {
+                CLOUD_BLOCK_SIZE
+            } else {
+                LANCE_BLOCK_SIZE
+            }),
             None,
             false,
             false,
-            LANCE_IO_PARALLELISM,
+            if cloud {
+                CLOUD_IO_PARALLELISM
+            } else {
+                LANCE_IO_PARALLELISM
+            },
             LANCE_DOWNLOAD_RETRIES,
             None,
         );
@@ -196,7 +243,14 @@ impl DatasetStore {
             object_store,
             lance_store: Arc::new(lance_store),
             lance_cache: Arc::new(LanceCache::with_capacity(LANCE_METADATA_CACHE_BYTES)),
+            traits,
         }
+    }
+
+    /// The smallest multipart part the store accepts (all but the last); 0
+    /// when any size goes.
+    pub(crate) fn min_part_bytes(&self) -> usize {
+        self.traits.min_part_bytes
     }
 
     /// The URI this store was opened with (canonical absolute path for local stores).
@@ -282,7 +336,18 @@ impl DatasetStore {
 
     /// Writes an object only if absent; `false` if it already existed. The commit
     /// primitive: atomic on every supported store, including local disk.
+    ///
+    /// # Errors
+    /// InvalidInput when the store was configured without conditional writes
+    /// (`aws_conditional_put=disabled`): a commit there could overwrite a
+    /// concurrent one, so none is made.
     pub async fn put_if_absent(&self, path: &RelativePath, bytes: Bytes) -> Result<bool> {
+        if !self.traits.conditional_put {
+            return Err(Error::invalid_input(format!(
+                "refusing to write {path} at {}: the store is configured without conditional writes (aws_conditional_put=disabled), so a concurrent commit could be lost",
+                self.uri
+            )));
+        }
         let options = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Starts a local S3 server (moto) for the test suite and exports where it is.
+# Sourced by ci/test.sh; the server stops when that shell exits.
+#   REFRACT_TEST_S3_ENDPOINT  http://127.0.0.1:PORT
+#   REFRACT_TEST_S3_BUCKET    the bucket the tests use (created here)
+#   REFRACT_TEST_S3_REQUIRED  set: S3 tests fail instead of skipping
+
+S3_VENV="${REFRACT_CI_VENV:-$PWD/target/ci-venv}"
+S3_BUCKET="refract-test"
+
+if [ ! -x "$S3_VENV/bin/moto_server" ]; then
+  echo "ci/s3.sh: installing moto into $S3_VENV" >&2
+  python3 -m venv "$S3_VENV"
+  "$S3_VENV/bin/pip" install -q 'moto[s3]==5.2.5' flask flask-cors
+fi
+
+S3_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+mkdir -p target
+"$S3_VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" > target/moto.log 2>&1 &
+S3_PID=$!
+trap 'kill "$S3_PID" 2>/dev/null || true' EXIT
+
+for _ in $(seq 1 300); do
+  if curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/"; then break; fi
+  sleep 0.1
+done
+curl -fsS -o /dev/null -X PUT "http://127.0.0.1:$S3_PORT/$S3_BUCKET"
+echo "ci/s3.sh: moto on 127.0.0.1:$S3_PORT (pid $S3_PID), bucket $S3_BUCKET" >&2
+
+export REFRACT_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+export REFRACT_TEST_S3_BUCKET="$S3_BUCKET"
+export REFRACT_TEST_S3_REQUIRED=1

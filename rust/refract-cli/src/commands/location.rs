@@ -1,0 +1,52 @@
+//! Where a command's dataset lives: its URI and the storage options that
+//! configure a cloud store there.
+
+use refract_core::Result;
+use refract_table::dataset::{Dataset, OpenOptions};
+use refract_table::io::StorageOptions;
+
+/// A dataset URI with its storage options.
+#[derive(Debug, Clone)]
+pub struct Location {
+    /// The dataset URI as given.
+    pub uri: String,
+    /// `--storage-option` values, then the environment (`AWS_*`, `AZURE_*`,
+    /// `GOOGLE_*`) for the keys they leave out.
+    pub storage: StorageOptions,
+}
+
+impl Location {
+    /// The dataset at `uri`, configured by `given` and then the environment.
+    pub fn new(uri: &str, given: &StorageOptions) -> Self {
+        let mut storage = given.clone();
+        storage.fill_from_environment(uri, std::env::vars());
+        Self {
+            uri: uri.to_string(),
+            storage,
+        }
+    }
+
+    /// The dataset at `uri` with no storage options (local paths, tests).
+    pub fn plain(uri: &str) -> Self {
+        Self {
+            uri: uri.to_string(),
+            storage: StorageOptions::new(),
+        }
+    }
+
+    /// Options that open this location.
+    pub fn open_options(&self) -> OpenOptions {
+        OpenOptions {
+            storage_options: self.storage.clone(),
+            ..OpenOptions::default()
+        }
+    }
+
+    /// Opens the latest version.
+    ///
+    /// # Errors
+    /// As [`Dataset::open_with`].
+    pub async fn open(&self) -> Result<Dataset> {
+        Dataset::open_with(&self.uri, self.open_options()).await
+    }
+}

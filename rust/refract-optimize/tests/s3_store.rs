@@ -1,0 +1,241 @@
+//! The engine on a real S3 server (moto, started by `ci/test.sh`): the whole
+//! maintenance story on `s3://` ends in exactly the rows, order and layout
+//! of the same story on a local directory; a store without conditional writes
+//! refuses to commit; hostile locations fail with one typed line.
+//!
+//! Needs `REFRACT_TEST_S3_ENDPOINT` (and optionally `REFRACT_TEST_S3_BUCKET`).
+//! Without it the tests say loudly that they skipped, unless
+//! `REFRACT_TEST_S3_REQUIRED` is set (CI), where that is a failure.
+
+#[path = "remap_common.rs"]
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::fri_common::{rows, scan_ids, schema, write_options};
+use common::*;
+use refract_core::Error;
+use refract_index::IndexRegistry;
+use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_optimize::fri::fri_uuid;
+use refract_optimize::maintain::{maintain, MaintainOptions};
+use refract_optimize::remap::{remap_indices, RemapOptions};
+use refract_optimize::trim::trim_fri;
+use refract_table::io::StorageOptions;
+use refract_table::{Dataset, OpenOptions};
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh dataset location on the test S3 server, or `None` (with a loud
+/// message) when no server is configured and none is required.
+fn s3_location(name: &str) -> Option<(String, StorageOptions)> {
+    let Ok(endpoint) = std::env::var("REFRACT_TEST_S3_ENDPOINT") else {
+        assert!(
+            std::env::var_os("REFRACT_TEST_S3_REQUIRED").is_none(),
+            "REFRACT_TEST_S3_REQUIRED is set but REFRACT_TEST_S3_ENDPOINT is not"
+        );
+        eprintln!(
+            "SKIPPED {name}: no S3 server (REFRACT_TEST_S3_ENDPOINT unset; ci/test.sh starts one)"
+        );
+        return None;
+    };
+    let bucket =
+        std::env::var("REFRACT_TEST_S3_BUCKET").unwrap_or_else(|_| "refract-test".to_string());
+    let uri = format!(
+        "s3://{bucket}/{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    );
+    Some((uri, options_for(&endpoint)))
+}
+
+fn options_for(endpoint: &str) -> StorageOptions {
+    [
+        ("aws_endpoint", endpoint),
+        ("aws_region", "us-east-1"),
+        ("allow_http", "true"),
+        ("aws_access_key_id", "test"),
+        ("aws_secret_access_key", "test"),
+    ]
+    .into_iter()
+    .collect()
+}
+
+fn open_options(storage: &StorageOptions) -> OpenOptions {
+    OpenOptions {
+        storage_options: storage.clone(),
+        ..OpenOptions::default()
+    }
+}
+
+fn builtins() -> Arc<IndexRegistry> {
+    Arc::new(IndexRegistry::with_builtins())
+}
+
+/// What a story ends with: ids in scan order, fragment sizes, the version.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    ids: Vec<i64>,
+    fragment_rows: Vec<u64>,
+    version: u64,
+}
+
+/// Load, index, delete, deferred compaction, partition, remap, trim, inline
+/// compaction, then maintain until no-op; every indexed query equals a scan
+/// after each step.
+async fn story(uri: &str, storage: &StorageOptions) -> Outcome {
+    let mut dataset = Dataset::create(uri, schema(), open_options(storage))
+        .await
+        .unwrap();
+    dataset
+        .append(vec![rows(0, 600)], &write_options(50))
+        .await
+        .unwrap();
+    for (name, column, index_type) in INDICES {
+        dataset = add_index(&dataset, name, column, index_type).await;
+    }
+    dataset.delete("id >= 100 AND id < 130").await.unwrap();
+    let compaction = CompactionOptions {
+        target_rows_per_fragment: 200,
+        ..CompactionOptions::default()
+    };
+    assert!(deferred_compaction(&mut dataset, &compaction).await);
+    assert!(fri_uuid(dataset.manifest()).is_some());
+    assert_queries_match(&dataset, builtins()).await;
+    dataset
+        .append(vec![rows(600, 120)], &write_options(40))
+        .await
+        .unwrap();
+    partition(&mut dataset, None, 2).await;
+    assert_queries_match(&dataset, builtins()).await;
+    remap_indices(&mut dataset, RemapOptions::default())
+        .await
+        .unwrap();
+    trim_fri(&mut dataset).await.unwrap();
+    assert_queries_match(&dataset, builtins()).await;
+    compact_files(&mut dataset, &compaction, None)
+        .await
+        .unwrap();
+    assert_queries_match(&dataset, builtins()).await;
+    let options = MaintainOptions {
+        compaction: Some(compaction),
+        reindex: true,
+        until_noop: true,
+        ..MaintainOptions::default()
+    };
+    let report = maintain(&mut dataset, options.clone()).await.unwrap();
+    assert!(report.converged, "{report:#?}");
+    assert_queries_match(&dataset, builtins()).await;
+    // One more round commits nothing.
+    let version = dataset.version();
+    let again = maintain(&mut dataset, options).await.unwrap();
+    assert!(again.rounds.iter().all(|r| r.is_noop()), "{again:#?}");
+    assert_eq!(dataset.latest_version().await.unwrap(), version);
+    // A fresh open through the same options sees the same table.
+    let reopened = Dataset::open_with(uri, open_options(storage))
+        .await
+        .unwrap();
+    assert_eq!(reopened.version(), version);
+    Outcome {
+        ids: scan_ids(&reopened).await,
+        fragment_rows: reopened
+            .fragments()
+            .iter()
+            .map(|f| f.physical_rows)
+            .collect(),
+        version,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_maintenance_story_on_s3_ends_as_on_a_local_directory() {
+    let Some((uri, storage)) = s3_location("story") else {
+        return;
+    };
+    let on_s3 = story(&uri, &storage).await;
+    let dir = tempfile::tempdir().unwrap();
+    let local = story(dir.path().to_str().unwrap(), &StorageOptions::new()).await;
+    assert_eq!(on_s3, local);
+    let mut expected: Vec<i64> = (0..720).filter(|id| !(100..130).contains(id)).collect();
+    let mut got = on_s3.ids.clone();
+    got.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(got, expected, "nothing lost or duplicated");
+}
+
+#[tokio::test]
+async fn a_store_without_conditional_writes_refuses_to_commit() {
+    let Some((uri, storage)) = s3_location("noconditional") else {
+        return;
+    };
+    let mut dataset = Dataset::create(&uri, schema(), open_options(&storage))
+        .await
+        .unwrap();
+    dataset
+        .append(vec![rows(0, 10)], &write_options(10))
+        .await
+        .unwrap();
+    let mut unsafe_options = storage.clone();
+    unsafe_options.insert("aws_conditional_put", "disabled");
+    let mut risky = Dataset::open_with(&uri, open_options(&unsafe_options))
+        .await
+        .unwrap();
+    let err = risky
+        .append(vec![rows(10, 10)], &write_options(10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    assert!(err.to_string().contains("conditional"), "{err}");
+    let after = Dataset::open_with(&uri, open_options(&storage))
+        .await
+        .unwrap();
+    assert_eq!(after.version(), dataset.version(), "nothing committed");
+    assert_eq!(scan_ids(&after).await, (0..10).collect::<Vec<i64>>());
+}
+
+#[tokio::test]
+async fn hostile_locations_fail_with_one_typed_line() {
+    let Some((_, storage)) = s3_location("hostile") else {
+        return;
+    };
+    // A bucket that does not exist.
+    let missing = format!("s3://no-such-bucket-{}/t", std::process::id());
+    let err = Dataset::open_with(&missing, open_options(&storage))
+        .await
+        .unwrap_err();
+    assert!(!err.to_string().contains('\n'), "{err}");
+    assert!(
+        matches!(err, Error::NotFound { .. } | Error::External { .. }),
+        "{err}"
+    );
+    // An empty prefix holds no dataset.
+    let (empty, _) = s3_location("empty").unwrap();
+    let err = Dataset::open_with(&empty, open_options(&storage))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    // A misspelt key, named; the secret never shown.
+    let mut typo = storage.clone();
+    typo.insert("aws_secret_acess_key", "hunter2");
+    let err = Dataset::open_with(&empty, open_options(&typo))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    assert!(err.to_string().contains("aws_secret_acess_key"), "{err}");
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    // Nothing listens on the endpoint.
+    let mut nowhere = options_for("http://127.0.0.1:9");
+    nowhere.insert("aws_secret_access_key", "s3cr3t-value");
+    let err = Dataset::open_with(&empty, open_options(&nowhere))
+        .await
+        .unwrap_err();
+    assert!(!err.to_string().contains('\n'), "{err}");
+    assert!(!err.to_string().contains("s3cr3t"), "no credential: {err}");
+    // Options for a local path are refused.
+    let dir = tempfile::tempdir().unwrap();
+    let err = Dataset::open_with(dir.path().to_str().unwrap(), open_options(&storage))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+}
