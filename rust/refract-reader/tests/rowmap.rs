@@ -18,7 +18,7 @@ use refract_reader::rowmap::{
     RowMapSource, RowMapWriter, BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN, ROUTE_BATCH_ROWS,
 };
 use refract_table::io::lance_files::LanceFileWriter;
-use refract_table::io::DatasetStore;
+use refract_table::io::{DatasetStore, StorageOptions};
 use roaring::RoaringBitmap;
 use rstest::rstest;
 use tempfile::TempDir;
@@ -42,6 +42,9 @@ enum Place {
     Memory,
     /// A temporary directory through the local object store (4 KiB blocks).
     LocalDir,
+    /// A fresh prefix on the test S3 server (`REFRACT_TEST_S3_ENDPOINT`,
+    /// started by `ci/test.sh`; 64 KiB blocks).
+    S3,
 }
 
 /// How the row map's pages are laid out.
@@ -69,6 +72,25 @@ struct Fixture {
 
 async fn store_at(place: Place) -> (DatasetStore, Option<TempDir>) {
     match place {
+        Place::S3 => {
+            let endpoint = std::env::var("REFRACT_TEST_S3_ENDPOINT").unwrap_or_default();
+            let bucket = std::env::var("REFRACT_TEST_S3_BUCKET")
+                .unwrap_or_else(|_| "refract-test".to_string());
+            let options: StorageOptions = [
+                ("aws_endpoint", endpoint.as_str()),
+                ("aws_region", "us-east-1"),
+                ("allow_http", "true"),
+                ("aws_access_key_id", "test"),
+                ("aws_secret_access_key", "test"),
+            ]
+            .into_iter()
+            .collect();
+            let uri = format!("s3://{bucket}/rowmap-{}", Uuid::new_v4());
+            let store = DatasetStore::open_with_options(&uri, true, &options)
+                .await
+                .unwrap();
+            (store, None)
+        }
         Place::Memory => {
             let uri = format!("memory://rowmap-{}", Uuid::new_v4());
             (DatasetStore::open(&uri, true).await.unwrap(), None)
@@ -437,12 +459,21 @@ fn fri_requests(f: &Fixture) -> u64 {
 #[case::local_page_per_block(Place::LocalDir, Layout::PagePerBlock, 1)]
 #[case::memory_legacy(Place::Memory, Layout::Legacy, 2)]
 #[case::local_legacy(Place::LocalDir, Layout::Legacy, 2)]
+#[case::s3_page_per_block(Place::S3, Layout::PagePerBlock, 1)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_counts_cold_warm_and_prewarmed(
     #[case] place: Place,
     #[case] layout: Layout,
     #[case] opening: u64,
 ) {
+    if place == Place::S3 && std::env::var_os("REFRACT_TEST_S3_ENDPOINT").is_none() {
+        assert!(
+            std::env::var_os("REFRACT_TEST_S3_REQUIRED").is_none(),
+            "REFRACT_TEST_S3_REQUIRED is set but REFRACT_TEST_S3_ENDPOINT is not"
+        );
+        eprintln!("SKIPPED request counts on S3: no S3 server (ci/test.sh starts one)");
+        return;
+    }
     let f = fixture_with(place, layout).await;
     let lazy_cache = ByteWeightedCache::new(256 << 20);
     f.store.reset_stats();

@@ -73,6 +73,14 @@ pub enum RigBackend {
     Memory,
     /// A fresh directory under the system temp dir, removed when the last rig clone drops.
     Local,
+    /// A fresh prefix in `bucket` of the S3-compatible server at `endpoint`
+    /// (tests: `http://127.0.0.1:PORT` of a local server, dummy credentials).
+    S3 {
+        /// Server URL.
+        endpoint: &'static str,
+        /// An existing bucket.
+        bucket: &'static str,
+    },
 }
 
 /// A temporary dataset directory, removed on drop.
@@ -109,7 +117,25 @@ impl FaultRig {
         match backend {
             RigBackend::Memory => Ok(Self::memory()),
             RigBackend::Local => Self::local(),
+            RigBackend::S3 { endpoint, bucket } => Self::s3(endpoint, bucket),
         }
+    }
+
+    /// A fresh prefix on an S3-compatible server.
+    pub fn s3(endpoint: &str, bucket: &str) -> Result<FaultRig> {
+        let uri = format!("s3://{bucket}/rig-{}", uuid::Uuid::new_v4());
+        let options: crate::io::StorageOptions = [
+            ("aws_endpoint", endpoint),
+            ("aws_region", "us-east-1"),
+            ("allow_http", "true"),
+            ("aws_access_key_id", "test"),
+            ("aws_secret_access_key", "test"),
+        ]
+        .into_iter()
+        .collect();
+        let cloud = crate::io::Cloud::S3;
+        let (store, _) = crate::io::cloud::open_cloud(cloud, &uri, &options)?;
+        Ok(Self::over(store))
     }
 
     /// A fresh, empty directory under the system temp dir.

@@ -834,9 +834,8 @@ async fn local_uris_resolve_and_create() {
 }
 
 #[rstest]
-#[case("s3://bucket/table", "s3")]
-#[case("gs://bucket/table", "gs")]
-#[case("az://c/t", "az")]
+#[case("hdfs://namenode/table", "hdfs")]
+#[case("ftp://host/table", "ftp")]
 #[case("http://host/t", "http")]
 #[tokio::test]
 async fn unknown_schemes_are_invalid_input(#[case] uri: &str, #[case] scheme: &str) {

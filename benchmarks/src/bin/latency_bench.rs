@@ -1,0 +1,174 @@
+//! Latency mode: the same work on a local directory and on that directory
+//! behind object_store's `ThrottledStore`, which waits a fixed time per GET,
+//! PUT, HEAD, LIST and DELETE as a remote store's round trip would. Reports
+//! wall time and requests side by side for compaction (inline index remap),
+//! a cold and a warm indexed point query, and `maintain --until-noop`.
+//! Prints JSON lines.
+//!
+//! `cargo run --release -p refract-benchmarks --bin latency_bench -- [--rows N] [--fragment-rows M] [--wait-ms W] [--dir PATH]`
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use object_store::local::LocalFileSystem;
+use object_store::throttle::{ThrottleConfig, ThrottledStore};
+use object_store::ObjectStore;
+use refract_benchmarks::{copy_dir, emit, BoxError};
+use refract_cli::commands::data::{append_synthetic, open_or_create};
+use refract_cli::commands::Location;
+use refract_cli::synthetic::DEFAULT_DIM;
+use refract_index::query::Query;
+use refract_index::{create_index, IndexParams};
+use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_optimize::maintain::{maintain, MaintainOptions};
+use refract_table::dataset::{Dataset, OpenOptions};
+use refract_table::io::DatasetStore;
+use serde_json::json;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Rows in the table.
+    #[arg(long, default_value_t = 2_000_000)]
+    rows: u64,
+    /// Rows per source fragment.
+    #[arg(long, default_value_t = 1_000)]
+    fragment_rows: u64,
+    /// Wait per request of the throttled store, in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    wait_ms: u64,
+    /// Where to put the datasets (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+fn main() -> Result<(), BoxError> {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(&args))
+}
+
+/// A store on `dir`, throttled by `wait` per request when `wait` is non-zero.
+fn store_on(dir: &Path, wait: Duration) -> Result<DatasetStore, BoxError> {
+    let local: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new_with_prefix(dir)?);
+    let store: Arc<dyn ObjectStore> = if wait.is_zero() {
+        local
+    } else {
+        Arc::new(ThrottledStore::new(
+            local,
+            ThrottleConfig {
+                wait_get_per_call: wait,
+                wait_put_per_call: wait,
+                wait_list_per_call: wait,
+                wait_delete_per_call: wait,
+                ..ThrottleConfig::default()
+            },
+        ))
+    };
+    Ok(DatasetStore::from_object_store(
+        store,
+        &format!("latency://{}", dir.display()),
+    ))
+}
+
+async fn open(dir: &Path, wait: Duration) -> Result<Dataset, BoxError> {
+    let options = OpenOptions {
+        store: Some(store_on(dir, wait)?),
+        ..OpenOptions::default()
+    };
+    Ok(Dataset::open_with(&dir.to_string_lossy(), options).await?)
+}
+
+async fn run(args: &Args) -> Result<(), BoxError> {
+    let root = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("refract-latency-{}", std::process::id())),
+    };
+    let source = root.join("source");
+    std::fs::create_dir_all(&source)?;
+    let started = Instant::now();
+    let mut dataset =
+        open_or_create(&Location::plain(&source.to_string_lossy()), DEFAULT_DIM).await?;
+    append_synthetic(&mut dataset, args.rows, args.fragment_rows, 0, DEFAULT_DIM).await?;
+    let dataset = create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default()).await?;
+    emit(json!({
+        "benchmark": "latency_setup",
+        "rows": args.rows,
+        "fragments": dataset.fragments().len(),
+        "load_ms": started.elapsed().as_secs_f64() * 1e3,
+    }));
+    for wait_ms in [0, args.wait_ms] {
+        let wait = Duration::from_millis(wait_ms);
+        let dir = root.join(format!("wait-{wait_ms}"));
+        copy_dir(&source, &dir)?;
+        measure(args, &dir, wait, wait_ms).await?;
+        std::fs::remove_dir_all(&dir)?;
+    }
+    if args.dir.is_none() {
+        std::fs::remove_dir_all(&root)?;
+    }
+    Ok(())
+}
+
+async fn measure(args: &Args, dir: &Path, wait: Duration, wait_ms: u64) -> Result<(), BoxError> {
+    // Compaction with inline remap of the btree.
+    let mut dataset = open(dir, wait).await?;
+    dataset.store().reset_stats();
+    let started = Instant::now();
+    let metrics = compact_files(&mut dataset, &CompactionOptions::default(), None).await?;
+    let stats = dataset.store().stats();
+    emit(json!({
+        "benchmark": "latency_compaction",
+        "wait_ms": wait_ms,
+        "rows": args.rows,
+        "fragments_removed": metrics.fragments_removed,
+        "fragments_added": metrics.fragments_added,
+        "wall_ms": started.elapsed().as_secs_f64() * 1e3,
+        "requests": stats.total_requests(),
+        "bytes_read": stats.bytes_read,
+    }));
+    // A point query on a freshly opened table (cold), then again (warm).
+    let dataset = open(dir, wait).await?;
+    for pass in ["cold", "warm"] {
+        dataset.store().reset_stats();
+        let started = Instant::now();
+        let result = Query::new(&dataset)
+            .filter(&format!("id = {}", args.rows / 2))?
+            .project(&["id"])
+            .execute()
+            .await?;
+        let stats = dataset.store().stats();
+        emit(json!({
+            "benchmark": "latency_point_query",
+            "wait_ms": wait_ms,
+            "pass": pass,
+            "rows_returned": result.batch.num_rows(),
+            "wall_ms": started.elapsed().as_secs_f64() * 1e3,
+            "requests": stats.total_requests(),
+        }));
+    }
+    // Maintenance to a fixed point (compaction is done: one no-op round).
+    let mut dataset = open(dir, wait).await?;
+    dataset.store().reset_stats();
+    let started = Instant::now();
+    let report = maintain(
+        &mut dataset,
+        MaintainOptions {
+            until_noop: true,
+            ..MaintainOptions::default()
+        },
+    )
+    .await?;
+    let stats = dataset.store().stats();
+    emit(json!({
+        "benchmark": "latency_maintain_until_noop",
+        "wait_ms": wait_ms,
+        "rounds": report.rounds.len(),
+        "wall_ms": started.elapsed().as_secs_f64() * 1e3,
+        "requests": stats.total_requests(),
+    }));
+    Ok(())
+}
