@@ -103,7 +103,49 @@ fn commands_print_on_s3_what_they_print_locally() {
         s3.ok(command, rest);
         local(dir, command, rest);
     }
-    let reads: [(&str, &[&str]); 3] = [
+    // The FRI commands and the distributed flow (their reports name random
+    // ids, so only their effect on the table is compared).
+    let more: [(&str, &[&str]); 6] = [
+        ("compact", &["--target-rows", "300", "--defer-index-remap"]),
+        ("partition", &["--by", "id", "--destinations", "2"]),
+        ("fri", &["--json"]),
+        ("remap", &[]),
+        ("trim", &[]),
+        ("optimize-indices", &[]),
+    ];
+    for (command, rest) in more {
+        s3.ok(command, rest);
+        local(dir, command, rest);
+    }
+    s3.ok(
+        "append",
+        &["--rows", "400", "--fragment-rows", "50", "--start", "3500"],
+    );
+    local(
+        dir,
+        "append",
+        &["--rows", "400", "--fragment-rows", "50", "--start", "3500"],
+    );
+    let work = tempfile::tempdir().unwrap();
+    for (name, run) in [
+        (
+            "s3",
+            &(|c: &str, r: &[&str]| s3.ok(c, r)) as &dyn Fn(&str, &[&str]) -> String,
+        ),
+        ("local", &|c: &str, r: &[&str]| local(dir, c, r)),
+    ] {
+        let plan = work.path().join(format!("{name}-plan.json"));
+        std::fs::write(&plan, run("compact-plan", &["--target-rows", "1000"])).unwrap();
+        let plan_text = plan.to_str().unwrap();
+        let result = work.path().join(format!("{name}-result.json"));
+        std::fs::write(&result, run("compact-exec", &[plan_text, "--task", "0"])).unwrap();
+        run("compact-commit", &[result.to_str().unwrap()]);
+    }
+    let reads: [(&str, &[&str]); 4] = [
+        (
+            "scan",
+            &["--with-row-address", "--columns", "id", "--format", "csv"],
+        ),
         ("scan", &["--columns", "id,category", "--format", "csv"]),
         (
             "query",
