@@ -20,11 +20,19 @@ mkdir -p target
 S3_PID=$!
 trap 'kill "$S3_PID" 2>/dev/null || true' EXIT
 
-for _ in $(seq 1 300); do
-  if curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/"; then break; fi
-  sleep 0.1
-done
-curl -fsS -o /dev/null -X PUT "http://127.0.0.1:$S3_PORT/$S3_BUCKET"
+# Wait for the server (up to 30 s), then create the bucket: one `PUT /bucket`.
+python3 - "$S3_PORT" "$S3_BUCKET" <<'PY'
+import sys, time, urllib.request
+port, bucket = sys.argv[1], sys.argv[2]
+for _ in range(300):
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+        break
+    except Exception:
+        time.sleep(0.1)
+request = urllib.request.Request(f"http://127.0.0.1:{port}/{bucket}", method="PUT")
+urllib.request.urlopen(request, timeout=10)
+PY
 echo "ci/s3.sh: moto on 127.0.0.1:$S3_PORT (pid $S3_PID), bucket $S3_BUCKET" >&2
 
 export REFRACT_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
