@@ -1,8 +1,9 @@
-//! Latency mode: the same work on a local directory and on that directory
-//! behind object_store's `ThrottledStore`, which waits a fixed time per GET,
+//! Latency mode: the same work on an in-memory copy of a table and on such a
+//! copy behind object_store's `ThrottledStore`, which waits a fixed time per GET,
 //! PUT, HEAD, LIST and DELETE as a remote store's round trip would. Reports
 //! wall time and requests side by side for compaction (inline index remap),
-//! a cold and a warm indexed point query, and `maintain --until-noop`.
+//! a cold and a warm indexed point query, the same through a stable-partition
+//! transition (row-map chunk cache on and off), and `maintain --until-noop`.
 //! Prints JSON lines.
 //!
 //! `cargo run --release -p refract-benchmarks --bin latency_bench -- [--rows N] [--fragment-rows M] [--wait-ms W] [--dir PATH]`
@@ -12,17 +13,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path as ObjectPath;
 use object_store::throttle::{ThrottleConfig, ThrottledStore};
-use object_store::ObjectStore;
-use refract_benchmarks::{copy_dir, emit, BoxError};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use refract_benchmarks::{emit, BoxError};
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::commands::Location;
 use refract_cli::synthetic::DEFAULT_DIM;
 use refract_index::query::Query;
 use refract_index::{create_index, IndexParams};
 use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_optimize::fri::{partition_fragments, PartitionBy, PartitionOptions};
 use refract_optimize::maintain::{maintain, MaintainOptions};
+use refract_reader::ChunkCacheMode;
+use refract_reader::FriResolver;
 use refract_table::dataset::{Dataset, OpenOptions};
 use refract_table::io::DatasetStore;
 use serde_json::json;
@@ -51,14 +56,37 @@ fn main() -> Result<(), BoxError> {
     runtime.block_on(run(&args))
 }
 
-/// A store on `dir`, throttled by `wait` per request when `wait` is non-zero.
-fn store_on(dir: &Path, wait: Duration) -> Result<DatasetStore, BoxError> {
-    let local: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new_with_prefix(dir)?);
+/// The files under `dir`, copied into a fresh in-memory store (object_store's
+/// throttle wraps streamed bodies only, so it cannot sit on a local disk).
+async fn memory_copy(dir: &Path) -> Result<Arc<InMemory>, BoxError> {
+    let memory = Arc::new(InMemory::new());
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let relative = path.strip_prefix(dir)?.to_string_lossy().to_string();
+            let bytes = std::fs::read(&path)?;
+            memory
+                .put(&ObjectPath::from(relative), PutPayload::from(bytes))
+                .await?;
+        }
+    }
+    Ok(memory)
+}
+
+/// `memory` as a dataset store, throttled by `wait` per request when `wait`
+/// is non-zero.
+fn store_on(memory: &Arc<InMemory>, wait: Duration) -> DatasetStore {
+    let inner: Arc<dyn ObjectStore> = memory.clone();
     let store: Arc<dyn ObjectStore> = if wait.is_zero() {
-        local
+        inner
     } else {
         Arc::new(ThrottledStore::new(
-            local,
+            inner,
             ThrottleConfig {
                 wait_get_per_call: wait,
                 wait_put_per_call: wait,
@@ -68,18 +96,15 @@ fn store_on(dir: &Path, wait: Duration) -> Result<DatasetStore, BoxError> {
             },
         ))
     };
-    Ok(DatasetStore::from_object_store(
-        store,
-        &format!("latency://{}", dir.display()),
-    ))
+    DatasetStore::from_object_store(store, "memory://latency")
 }
 
-async fn open(dir: &Path, wait: Duration) -> Result<Dataset, BoxError> {
+async fn open(memory: &Arc<InMemory>, wait: Duration) -> Result<Dataset, BoxError> {
     let options = OpenOptions {
-        store: Some(store_on(dir, wait)?),
+        store: Some(store_on(memory, wait)),
         ..OpenOptions::default()
     };
-    Ok(Dataset::open_with(&dir.to_string_lossy(), options).await?)
+    Ok(Dataset::open_with("memory://latency", options).await?)
 }
 
 async fn run(args: &Args) -> Result<(), BoxError> {
@@ -102,10 +127,8 @@ async fn run(args: &Args) -> Result<(), BoxError> {
     }));
     for wait_ms in [0, args.wait_ms] {
         let wait = Duration::from_millis(wait_ms);
-        let dir = root.join(format!("wait-{wait_ms}"));
-        copy_dir(&source, &dir)?;
-        measure(args, &dir, wait, wait_ms).await?;
-        std::fs::remove_dir_all(&dir)?;
+        let memory = memory_copy(&source).await?;
+        measure(args, &memory, wait, wait_ms).await?;
     }
     if args.dir.is_none() {
         std::fs::remove_dir_all(&root)?;
@@ -113,9 +136,14 @@ async fn run(args: &Args) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn measure(args: &Args, dir: &Path, wait: Duration, wait_ms: u64) -> Result<(), BoxError> {
+async fn measure(
+    args: &Args,
+    memory: &Arc<InMemory>,
+    wait: Duration,
+    wait_ms: u64,
+) -> Result<(), BoxError> {
     // Compaction with inline remap of the btree.
-    let mut dataset = open(dir, wait).await?;
+    let mut dataset = open(memory, wait).await?;
     dataset.store().reset_stats();
     let started = Instant::now();
     let metrics = compact_files(&mut dataset, &CompactionOptions::default(), None).await?;
@@ -131,7 +159,7 @@ async fn measure(args: &Args, dir: &Path, wait: Duration, wait_ms: u64) -> Resul
         "bytes_read": stats.bytes_read,
     }));
     // A point query on a freshly opened table (cold), then again (warm).
-    let dataset = open(dir, wait).await?;
+    let dataset = open(memory, wait).await?;
     for pass in ["cold", "warm"] {
         dataset.store().reset_stats();
         let started = Instant::now();
@@ -150,8 +178,46 @@ async fn measure(args: &Args, dir: &Path, wait: Duration, wait_ms: u64) -> Resul
             "requests": stats.total_requests(),
         }));
     }
-    // Maintenance to a fixed point (compaction is done: one no-op round).
-    let mut dataset = open(dir, wait).await?;
+    // A stable partition recorded in the FRI (the btree stays on the old
+    // addresses), then point queries translated through its row map: cold
+    // (fresh open) and warm, with the row-map chunk cache and without it.
+    let mut dataset = open(memory, wait).await?;
+    let partition = PartitionOptions::new(PartitionBy::Hash {
+        column: "id".to_string(),
+        destinations: 4,
+    });
+    partition_fragments(&mut dataset, partition).await?;
+    for mode in [ChunkCacheMode::Lazy, ChunkCacheMode::Disabled] {
+        let dataset = open(memory, wait).await?;
+        for pass in ["cold", "warm"] {
+            dataset.store().reset_stats();
+            let started = Instant::now();
+            let result = Query::new(&dataset)
+                .filter(&format!("id = {}", args.rows / 3))?
+                .project(&["id"])
+                .with_resolver(Arc::new(FriResolver::with_mode(mode)))
+                .execute()
+                .await?;
+            let wall = started.elapsed();
+            let stats = dataset.store().stats();
+            emit(json!({
+                "benchmark": "latency_fri_point_query",
+                "wait_ms": wait_ms,
+                "chunk_cache": format!("{mode:?}"),
+                "pass": pass,
+                "rows_returned": result.batch.num_rows(),
+                "translated_segments": result.explain.segments.iter().filter(|s| s.translated).count(),
+                "wall_ms": wall.as_secs_f64() * 1e3,
+                "requests": stats.total_requests(),
+                "fri_requests": stats.requests_under("_fri"),
+                // Wall time in round trips: the sequential requests, when the
+                // work between them is small against `wait`.
+                "round_trips": (wait_ms > 0).then(|| wall.as_secs_f64() * 1e3 / wait_ms as f64),
+            }));
+        }
+    }
+    // Maintenance to a fixed point (remap, trim; compaction has little left).
+    let mut dataset = open(memory, wait).await?;
     dataset.store().reset_stats();
     let started = Instant::now();
     let report = maintain(
