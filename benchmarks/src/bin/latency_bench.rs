@@ -17,7 +17,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path as ObjectPath;
 use object_store::throttle::{ThrottleConfig, ThrottledStore};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use refract_benchmarks::{emit, BoxError};
+use refract_benchmarks::{copy_dir, emit, BoxError};
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::commands::Location;
 use refract_cli::synthetic::DEFAULT_DIM;
@@ -99,12 +99,42 @@ fn store_on(memory: &Arc<InMemory>, wait: Duration) -> DatasetStore {
     DatasetStore::from_object_store(store, "memory://latency")
 }
 
-async fn open(memory: &Arc<InMemory>, wait: Duration) -> Result<Dataset, BoxError> {
-    let options = OpenOptions {
-        store: Some(store_on(memory, wait)),
-        ..OpenOptions::default()
-    };
-    Ok(Dataset::open_with("memory://latency", options).await?)
+/// Where one pass of the benchmark runs.
+enum Place {
+    /// A copy of the table on local disk (`DirectLocalStore`, no throttle).
+    Disk(PathBuf),
+    /// An in-memory copy, throttled by the wait when it is non-zero.
+    Memory(Arc<InMemory>, Duration),
+}
+
+impl Place {
+    fn label(&self) -> &'static str {
+        match self {
+            Place::Disk(_) => "local_disk",
+            Place::Memory(_, wait) if wait.is_zero() => "memory",
+            Place::Memory(..) => "memory_throttled",
+        }
+    }
+
+    fn wait_ms(&self) -> u128 {
+        match self {
+            Place::Disk(_) => 0,
+            Place::Memory(_, wait) => wait.as_millis(),
+        }
+    }
+
+    async fn open(&self) -> Result<Dataset, BoxError> {
+        match self {
+            Place::Disk(dir) => Ok(Dataset::open(&dir.to_string_lossy()).await?),
+            Place::Memory(memory, wait) => {
+                let options = OpenOptions {
+                    store: Some(store_on(memory, *wait)),
+                    ..OpenOptions::default()
+                };
+                Ok(Dataset::open_with("memory://latency", options).await?)
+            }
+        }
+    }
 }
 
 async fn run(args: &Args) -> Result<(), BoxError> {
@@ -125,10 +155,14 @@ async fn run(args: &Args) -> Result<(), BoxError> {
         "fragments": dataset.fragments().len(),
         "load_ms": started.elapsed().as_secs_f64() * 1e3,
     }));
+    let disk = root.join("disk");
+    copy_dir(&source, &disk)?;
+    measure(args, &Place::Disk(disk.clone())).await?;
+    std::fs::remove_dir_all(&disk)?;
     for wait_ms in [0, args.wait_ms] {
         let wait = Duration::from_millis(wait_ms);
         let memory = memory_copy(&source).await?;
-        measure(args, &memory, wait, wait_ms).await?;
+        measure(args, &Place::Memory(memory, wait)).await?;
     }
     if args.dir.is_none() {
         std::fs::remove_dir_all(&root)?;
@@ -136,21 +170,17 @@ async fn run(args: &Args) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn measure(
-    args: &Args,
-    memory: &Arc<InMemory>,
-    wait: Duration,
-    wait_ms: u64,
-) -> Result<(), BoxError> {
+async fn measure(args: &Args, place: &Place) -> Result<(), BoxError> {
     // Compaction with inline remap of the btree.
-    let mut dataset = open(memory, wait).await?;
+    let mut dataset = place.open().await?;
     dataset.store().reset_stats();
     let started = Instant::now();
     let metrics = compact_files(&mut dataset, &CompactionOptions::default(), None).await?;
     let stats = dataset.store().stats();
     emit(json!({
         "benchmark": "latency_compaction",
-        "wait_ms": wait_ms,
+        "place": place.label(),
+        "wait_ms": place.wait_ms(),
         "rows": args.rows,
         "fragments_removed": metrics.fragments_removed,
         "fragments_added": metrics.fragments_added,
@@ -159,7 +189,7 @@ async fn measure(
         "bytes_read": stats.bytes_read,
     }));
     // A point query on a freshly opened table (cold), then again (warm).
-    let dataset = open(memory, wait).await?;
+    let dataset = place.open().await?;
     for pass in ["cold", "warm"] {
         dataset.store().reset_stats();
         let started = Instant::now();
@@ -171,7 +201,8 @@ async fn measure(
         let stats = dataset.store().stats();
         emit(json!({
             "benchmark": "latency_point_query",
-            "wait_ms": wait_ms,
+            "place": place.label(),
+        "wait_ms": place.wait_ms(),
             "pass": pass,
             "rows_returned": result.batch.num_rows(),
             "wall_ms": started.elapsed().as_secs_f64() * 1e3,
@@ -181,14 +212,14 @@ async fn measure(
     // A stable partition recorded in the FRI (the btree stays on the old
     // addresses), then point queries translated through its row map: cold
     // (fresh open) and warm, with the row-map chunk cache and without it.
-    let mut dataset = open(memory, wait).await?;
+    let mut dataset = place.open().await?;
     let partition = PartitionOptions::new(PartitionBy::Hash {
         column: "id".to_string(),
         destinations: 4,
     });
     partition_fragments(&mut dataset, partition).await?;
     for mode in [ChunkCacheMode::Lazy, ChunkCacheMode::Disabled] {
-        let dataset = open(memory, wait).await?;
+        let dataset = place.open().await?;
         for pass in ["cold", "warm"] {
             dataset.store().reset_stats();
             let started = Instant::now();
@@ -201,23 +232,25 @@ async fn measure(
             let wall = started.elapsed();
             let stats = dataset.store().stats();
             emit(json!({
-                "benchmark": "latency_fri_point_query",
-                "wait_ms": wait_ms,
-                "chunk_cache": format!("{mode:?}"),
-                "pass": pass,
-                "rows_returned": result.batch.num_rows(),
-                "translated_segments": result.explain.segments.iter().filter(|s| s.translated).count(),
-                "wall_ms": wall.as_secs_f64() * 1e3,
-                "requests": stats.total_requests(),
-                "fri_requests": stats.requests_under("_fri"),
-                // Wall time in round trips: the sequential requests, when the
-                // work between them is small against `wait`.
-                "round_trips": (wait_ms > 0).then(|| wall.as_secs_f64() * 1e3 / wait_ms as f64),
-            }));
+                    "benchmark": "latency_fri_point_query",
+                    "place": place.label(),
+            "wait_ms": place.wait_ms(),
+                    "chunk_cache": format!("{mode:?}"),
+                    "pass": pass,
+                    "rows_returned": result.batch.num_rows(),
+                    "translated_segments": result.explain.segments.iter().filter(|s| s.translated).count(),
+                    "wall_ms": wall.as_secs_f64() * 1e3,
+                    "requests": stats.total_requests(),
+                    "fri_requests": stats.requests_under("_fri"),
+                    // Wall time in round trips: the sequential requests, when the
+                    // work between them is small against `wait`.
+                    "round_trips": (place.wait_ms() > 0)
+                        .then(|| wall.as_secs_f64() * 1e3 / place.wait_ms() as f64),
+                }));
         }
     }
     // Maintenance to a fixed point (remap, trim; compaction has little left).
-    let mut dataset = open(memory, wait).await?;
+    let mut dataset = place.open().await?;
     dataset.store().reset_stats();
     let started = Instant::now();
     let report = maintain(
@@ -231,7 +264,8 @@ async fn measure(
     let stats = dataset.store().stats();
     emit(json!({
         "benchmark": "latency_maintain_until_noop",
-        "wait_ms": wait_ms,
+        "place": place.label(),
+        "wait_ms": place.wait_ms(),
         "rounds": report.rounds.len(),
         "wall_ms": started.elapsed().as_secs_f64() * 1e3,
         "requests": stats.total_requests(),
