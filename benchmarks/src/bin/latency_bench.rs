@@ -242,6 +242,15 @@ async fn measure(args: &Args, place: &Place) -> Result<(), BoxError> {
                     "wall_ms": wall.as_secs_f64() * 1e3,
                     "requests": stats.total_requests(),
                     "fri_requests": stats.requests_under("_fri"),
+                "requests_by_dir": stats
+                    .by_prefix
+                    .iter()
+                    .map(|(dir, p)| (dir.clone(), p.requests))
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+                "gets": stats.gets,
+                "get_ranges": stats.get_ranges,
+                "heads": stats.heads,
+                "lists": stats.lists,
                     // Wall time in round trips: the sequential requests, when the
                     // work between them is small against `wait`.
                     "round_trips": (place.wait_ms() > 0)
