@@ -80,7 +80,8 @@ impl SegmentFiles {
             }
         };
         let (values, addresses) = if details.version == BTREE_VERSION {
-            (open(VALUES_FILE).await?, open(ADDRESSES_FILE).await?)
+            // Concurrently: each open is a round trip or two on a cloud store.
+            futures::try_join!(open(VALUES_FILE), open(ADDRESSES_FILE))?
         } else {
             let data = open(LEGACY_PAGE_DATA_FILE).await?;
             (data.clone(), data)

@@ -67,8 +67,13 @@ pub(crate) async fn open(
     if details.entries()? == 0 {
         return Ok(BTreeSegment { inner: None });
     }
-    let files = SegmentFiles::open(ctx, dir, details, Caching::Cached).await?;
-    let lookup_file = LanceFileReader::open(&ctx.store, &dir.join(PAGE_LOOKUP_FILE)?, None).await?;
+    // The three files open concurrently: each open is a round trip or two on
+    // a cloud store.
+    let lookup_path = dir.join(PAGE_LOOKUP_FILE)?;
+    let (files, lookup_file) = futures::try_join!(
+        SegmentFiles::open(ctx, dir, details, Caching::Cached),
+        LanceFileReader::open(&ctx.store, &lookup_path, None)
+    )?;
     let pages = lookup::load(&lookup_file, files.value_type(), files.entries()).await?;
     Ok(BTreeSegment {
         inner: Some(Opened {
