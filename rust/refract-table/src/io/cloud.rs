@@ -184,6 +184,9 @@ pub(crate) fn redacted_uri(uri: &str) -> String {
 /// How a cloud store behaves, for the layers above it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CloudTraits {
+    /// Every request is a network round trip (read in larger blocks, keep
+    /// more requests in flight).
+    pub(crate) remote: bool,
     /// `PutMode::Create` is atomic on this store (commits are safe).
     pub(crate) conditional_put: bool,
     /// The smallest multipart part the store accepts (all but the last).
@@ -284,6 +287,7 @@ pub(crate) fn open_cloud(
     Ok((
         store,
         CloudTraits {
+            remote: true,
             conditional_put,
             min_part_bytes,
         },
@@ -386,6 +390,7 @@ mod tests {
         let azure = options(&[("azure_storage_use_emulator", "true")]);
         let (_, traits) = open_cloud(Cloud::Azure, "az://container/t", &azure).unwrap();
         assert_eq!(traits.min_part_bytes, 0);
+        assert!(traits.remote);
         let gcs = options(&[("google_bucket", "b")]);
         assert!(open_cloud(Cloud::Gcs, "gs://bucket/t", &gcs).is_ok());
     }

@@ -70,6 +70,7 @@ pub struct DatasetStore {
 
 /// How a store on local disk or in memory behaves.
 const LOCAL_TRAITS: CloudTraits = CloudTraits {
+    remote: false,
     conditional_put: true,
     min_part_bytes: 0,
 };
@@ -213,7 +214,7 @@ impl DatasetStore {
     }
 
     fn around(store: Arc<dyn ObjectStore>, uri: &str, traits: CloudTraits) -> DatasetStore {
-        let cloud = traits != LOCAL_TRAITS;
+        let cloud = traits.remote;
         let counting = Arc::new(CountingStore::new(store));
         let object_store: Arc<dyn ObjectStore> = counting.clone();
         // Invariant: LANCE_STORE_URL is a constant, syntactically valid URL.
