@@ -9,49 +9,31 @@
 mod support;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use refract_table::io::StorageOptions;
+use refract_table::testing::s3_test_location;
 use support::{ok, refract};
 
-static NEXT: AtomicU64 = AtomicU64::new(0);
-
 struct S3 {
-    endpoint: String,
     uri: String,
+    storage: StorageOptions,
 }
 
 impl S3 {
     fn new(name: &str) -> Option<S3> {
-        let Ok(endpoint) = std::env::var("REFRACT_TEST_S3_ENDPOINT") else {
-            assert!(
-                std::env::var_os("REFRACT_TEST_S3_REQUIRED").is_none(),
-                "REFRACT_TEST_S3_REQUIRED is set but REFRACT_TEST_S3_ENDPOINT is not"
-            );
-            eprintln!("SKIPPED {name}: no S3 server (REFRACT_TEST_S3_ENDPOINT unset; ci/test.sh starts one)");
-            return None;
-        };
-        let bucket =
-            std::env::var("REFRACT_TEST_S3_BUCKET").unwrap_or_else(|_| "refract-test".to_string());
-        let uri = format!(
-            "s3://{bucket}/cli-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        );
-        Some(S3 { endpoint, uri })
+        let (uri, storage) = s3_test_location(&format!("cli-{name}"))?;
+        Some(S3 { uri, storage })
     }
 
     /// `--storage-option` arguments that reach the server.
     fn options(&self) -> Vec<String> {
-        [
-            format!("aws_endpoint={}", self.endpoint),
-            "aws_region=us-east-1".to_string(),
-            "allow_http=true".to_string(),
-            "aws_access_key_id=test".to_string(),
-            "aws_secret_access_key=test".to_string(),
-        ]
-        .into_iter()
-        .flat_map(|o| ["--storage-option".to_string(), o])
-        .collect()
+        self.storage
+            .keys()
+            .flat_map(|key| {
+                let value = self.storage.get(key).unwrap_or_default();
+                ["--storage-option".to_string(), format!("{key}={value}")]
+            })
+            .collect()
     }
 
     /// `refract <command> <uri> <rest> --storage-option ...`, which must succeed.

@@ -10,7 +10,6 @@
 #[path = "remap_common.rs"]
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::fri_common::{rows, scan_ids, schema, write_options};
@@ -23,44 +22,8 @@ use refract_optimize::maintain::{maintain, MaintainOptions};
 use refract_optimize::remap::{remap_indices, RemapOptions};
 use refract_optimize::trim::trim_fri;
 use refract_table::io::StorageOptions;
+use refract_table::testing::{s3_test_location, s3_test_options};
 use refract_table::{Dataset, OpenOptions};
-
-static NEXT: AtomicU64 = AtomicU64::new(0);
-
-/// A fresh dataset location on the test S3 server, or `None` (with a loud
-/// message) when no server is configured and none is required.
-fn s3_location(name: &str) -> Option<(String, StorageOptions)> {
-    let Ok(endpoint) = std::env::var("REFRACT_TEST_S3_ENDPOINT") else {
-        assert!(
-            std::env::var_os("REFRACT_TEST_S3_REQUIRED").is_none(),
-            "REFRACT_TEST_S3_REQUIRED is set but REFRACT_TEST_S3_ENDPOINT is not"
-        );
-        eprintln!(
-            "SKIPPED {name}: no S3 server (REFRACT_TEST_S3_ENDPOINT unset; ci/test.sh starts one)"
-        );
-        return None;
-    };
-    let bucket =
-        std::env::var("REFRACT_TEST_S3_BUCKET").unwrap_or_else(|_| "refract-test".to_string());
-    let uri = format!(
-        "s3://{bucket}/{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    );
-    Some((uri, options_for(&endpoint)))
-}
-
-fn options_for(endpoint: &str) -> StorageOptions {
-    [
-        ("aws_endpoint", endpoint),
-        ("aws_region", "us-east-1"),
-        ("allow_http", "true"),
-        ("aws_access_key_id", "test"),
-        ("aws_secret_access_key", "test"),
-    ]
-    .into_iter()
-    .collect()
-}
 
 fn open_options(storage: &StorageOptions) -> OpenOptions {
     OpenOptions {
@@ -150,7 +113,7 @@ async fn story(uri: &str, storage: &StorageOptions) -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_maintenance_story_on_s3_ends_as_on_a_local_directory() {
-    let Some((uri, storage)) = s3_location("story") else {
+    let Some((uri, storage)) = s3_test_location("story") else {
         return;
     };
     let on_s3 = story(&uri, &storage).await;
@@ -166,7 +129,7 @@ async fn the_maintenance_story_on_s3_ends_as_on_a_local_directory() {
 
 #[tokio::test]
 async fn a_store_without_conditional_writes_refuses_to_commit() {
-    let Some((uri, storage)) = s3_location("noconditional") else {
+    let Some((uri, storage)) = s3_test_location("noconditional") else {
         return;
     };
     let mut dataset = Dataset::create(&uri, schema(), open_options(&storage))
@@ -196,7 +159,7 @@ async fn a_store_without_conditional_writes_refuses_to_commit() {
 
 #[tokio::test]
 async fn hostile_locations_fail_with_one_typed_line() {
-    let Some((_, storage)) = s3_location("hostile") else {
+    let Some((_, storage)) = s3_test_location("hostile") else {
         return;
     };
     // A bucket that does not exist.
@@ -210,7 +173,7 @@ async fn hostile_locations_fail_with_one_typed_line() {
         "{err}"
     );
     // An empty prefix holds no dataset.
-    let (empty, _) = s3_location("empty").unwrap();
+    let (empty, _) = s3_test_location("empty").unwrap();
     let err = Dataset::open_with(&empty, open_options(&storage))
         .await
         .unwrap_err();
@@ -225,7 +188,7 @@ async fn hostile_locations_fail_with_one_typed_line() {
     assert!(err.to_string().contains("aws_secret_acess_key"), "{err}");
     assert!(!err.to_string().contains("hunter2"), "{err}");
     // Nothing listens on the endpoint.
-    let mut nowhere = options_for("http://127.0.0.1:9");
+    let mut nowhere = s3_test_options("http://127.0.0.1:9");
     nowhere.insert("aws_secret_access_key", "s3cr3t-value");
     let err = Dataset::open_with(&empty, open_options(&nowhere))
         .await
@@ -257,7 +220,7 @@ async fn compaction_survives_faults_on_s3(#[case] distributed: bool) {
     };
     use refract_table::WriteOptions;
 
-    let Some(_) = s3_location("faults") else {
+    let Some(_) = s3_test_location("faults") else {
         return;
     };
     // The rig's backend holds `'static` strings; one leak per test.

@@ -18,7 +18,8 @@ use refract_reader::rowmap::{
     RowMapSource, RowMapWriter, BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN, ROUTE_BATCH_ROWS,
 };
 use refract_table::io::lance_files::LanceFileWriter;
-use refract_table::io::{DatasetStore, StorageOptions};
+use refract_table::io::DatasetStore;
+use refract_table::testing::s3_test_location;
 use roaring::RoaringBitmap;
 use rstest::rstest;
 use tempfile::TempDir;
@@ -73,19 +74,7 @@ struct Fixture {
 async fn store_at(place: Place) -> (DatasetStore, Option<TempDir>) {
     match place {
         Place::S3 => {
-            let endpoint = std::env::var("REFRACT_TEST_S3_ENDPOINT").unwrap_or_default();
-            let bucket = std::env::var("REFRACT_TEST_S3_BUCKET")
-                .unwrap_or_else(|_| "refract-test".to_string());
-            let options: StorageOptions = [
-                ("aws_endpoint", endpoint.as_str()),
-                ("aws_region", "us-east-1"),
-                ("allow_http", "true"),
-                ("aws_access_key_id", "test"),
-                ("aws_secret_access_key", "test"),
-            ]
-            .into_iter()
-            .collect();
-            let uri = format!("s3://{bucket}/rowmap-{}", Uuid::new_v4());
+            let (uri, options) = s3_test_location("rowmap").expect("checked by the caller");
             let store = DatasetStore::open_with_options(&uri, true, &options)
                 .await
                 .unwrap();
@@ -466,12 +455,7 @@ async fn request_counts_cold_warm_and_prewarmed(
     #[case] layout: Layout,
     #[case] opening: u64,
 ) {
-    if place == Place::S3 && std::env::var_os("REFRACT_TEST_S3_ENDPOINT").is_none() {
-        assert!(
-            std::env::var_os("REFRACT_TEST_S3_REQUIRED").is_none(),
-            "REFRACT_TEST_S3_REQUIRED is set but REFRACT_TEST_S3_ENDPOINT is not"
-        );
-        eprintln!("SKIPPED request counts on S3: no S3 server (ci/test.sh starts one)");
+    if place == Place::S3 && s3_test_location("request counts on S3").is_none() {
         return;
     }
     let f = fixture_with(place, layout).await;

@@ -124,17 +124,8 @@ impl FaultRig {
     /// A fresh prefix on an S3-compatible server.
     pub fn s3(endpoint: &str, bucket: &str) -> Result<FaultRig> {
         let uri = format!("s3://{bucket}/rig-{}", uuid::Uuid::new_v4());
-        let options: crate::io::StorageOptions = [
-            ("aws_endpoint", endpoint),
-            ("aws_region", "us-east-1"),
-            ("allow_http", "true"),
-            ("aws_access_key_id", "test"),
-            ("aws_secret_access_key", "test"),
-        ]
-        .into_iter()
-        .collect();
-        let cloud = crate::io::Cloud::S3;
-        let (store, _) = crate::io::cloud::open_cloud(cloud, &uri, &options)?;
+        let options = s3_test_options(endpoint);
+        let (store, _) = crate::io::cloud::open_cloud(crate::io::Cloud::S3, &uri, &options)?;
         Ok(Self::over(store))
     }
 
@@ -505,4 +496,41 @@ async fn fault_run(
         orphans_cleaned: cleaned.deleted.len() as u64,
         rows_checked,
     }
+}
+
+/// Storage options that reach a local S3 test server at `endpoint` (moto
+/// checks no signature, but requests are signed with dummy keys anyway:
+/// unsigned conditional writes are refused).
+pub fn s3_test_options(endpoint: &str) -> crate::io::StorageOptions {
+    [
+        ("aws_endpoint", endpoint),
+        ("aws_region", "us-east-1"),
+        ("allow_http", "true"),
+        ("aws_access_key_id", "test"),
+        ("aws_secret_access_key", "test"),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A fresh dataset URI under `name` on the test S3 server named by
+/// `REFRACT_TEST_S3_ENDPOINT` (bucket `REFRACT_TEST_S3_BUCKET`, default
+/// `refract-test`; `ci/test.sh` starts the server), with its options. `None`,
+/// said loudly on stderr, when no server is configured; panics instead when
+/// `REFRACT_TEST_S3_REQUIRED` is set (CI), so S3 tests never skip there.
+pub fn s3_test_location(name: &str) -> Option<(String, crate::io::StorageOptions)> {
+    let Ok(endpoint) = std::env::var("REFRACT_TEST_S3_ENDPOINT") else {
+        assert!(
+            std::env::var_os("REFRACT_TEST_S3_REQUIRED").is_none(),
+            "REFRACT_TEST_S3_REQUIRED is set but REFRACT_TEST_S3_ENDPOINT is not"
+        );
+        eprintln!(
+            "SKIPPED {name}: no S3 server (REFRACT_TEST_S3_ENDPOINT unset; ci/test.sh starts one)"
+        );
+        return None;
+    };
+    let bucket =
+        std::env::var("REFRACT_TEST_S3_BUCKET").unwrap_or_else(|_| "refract-test".to_string());
+    let uri = format!("s3://{bucket}/{name}-{}", uuid::Uuid::new_v4());
+    Some((uri, s3_test_options(&endpoint)))
 }
