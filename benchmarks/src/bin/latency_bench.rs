@@ -82,21 +82,20 @@ async fn memory_copy(dir: &Path) -> Result<Arc<InMemory>, BoxError> {
 /// is non-zero.
 fn store_on(memory: &Arc<InMemory>, wait: Duration) -> DatasetStore {
     let inner: Arc<dyn ObjectStore> = memory.clone();
-    let store: Arc<dyn ObjectStore> = if wait.is_zero() {
-        inner
-    } else {
-        Arc::new(ThrottledStore::new(
-            inner,
-            ThrottleConfig {
-                wait_get_per_call: wait,
-                wait_put_per_call: wait,
-                wait_list_per_call: wait,
-                wait_delete_per_call: wait,
-                ..ThrottleConfig::default()
-            },
-        ))
-    };
-    DatasetStore::from_object_store(store, "memory://latency")
+    if wait.is_zero() {
+        return DatasetStore::from_object_store(inner, "memory://latency");
+    }
+    let throttled: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(
+        inner,
+        ThrottleConfig {
+            wait_get_per_call: wait,
+            wait_put_per_call: wait,
+            wait_list_per_call: wait,
+            wait_delete_per_call: wait,
+            ..ThrottleConfig::default()
+        },
+    ));
+    DatasetStore::from_remote_object_store(throttled, "memory://latency")
 }
 
 /// Where one pass of the benchmark runs.

@@ -696,6 +696,7 @@ async fn build_btree(
         details,
         index_version: btree.index_version(),
         dataset_version: 1,
+        files: Vec::new(),
     })
 }
 

@@ -8,10 +8,12 @@
 //! * `MappingReader`, the read contract for one fragment transition;
 //! * bounded translators (batches of at most 65,536 addresses) and the budgeted
 //!   materialized fallback for legacy `HashMap` remap APIs;
+//! * block checksums of stored files;
 //! * the shared byte-weighted cache and the common error type.
 //!
 //! This crate does no I/O.
 
+pub mod checksum;
 pub mod error;
 
 pub use error::{Error, Result};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arrow_schema::DataType;
 use refract_core::{Error, Result};
 use refract_table::format::index::SYSTEM_INDEX_PREFIX;
-use refract_table::io::index_dir;
+use refract_table::io::{index_dir, FileJournal};
 use refract_table::{Dataset, IndexMetadata, Operation};
 use roaring::RoaringBitmap;
 use serde::Serialize;
@@ -243,7 +243,8 @@ pub async fn build_segment(
 ) -> Result<IndexMetadata> {
     let uuid = Uuid::new_v4();
     let dir = index_dir(&uuid);
-    let ctx = index_context(dataset);
+    let journal = Arc::new(FileJournal::new());
+    let ctx = index_context(dataset).recording(journal.clone());
     let input = if fragment_ids.is_empty() {
         Box::pin(futures::stream::empty()) as futures::stream::BoxStream<'static, _>
     } else {
@@ -274,6 +275,7 @@ pub async fn build_segment(
         details,
         index_version,
         dataset_version: dataset.version(),
+        files: journal.take_under(&dir),
     })
 }
 

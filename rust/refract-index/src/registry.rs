@@ -6,7 +6,8 @@ use std::sync::Arc;
 use refract_core::{Error, Result};
 
 use async_trait::async_trait;
-use refract_table::io::RelativePath;
+use refract_table::io::{index_dir, RelativePath};
+use refract_table::IndexMetadata;
 use roaring::RoaringTreemap;
 
 use crate::types::{IndexQuery, IndexSegmentReader, IndexType, LegacyIndexPlugin, SearchResult};
@@ -93,14 +94,17 @@ impl IndexRegistry {
 }
 
 impl RegisteredType {
-    /// Opens a segment of this type. Its Corrupt errors, opening and
-    /// searching, name the segment's directory (see [`name_segment`]).
+    /// Opens `segment`, of this type. Every read of a file its metadata
+    /// records is verified against its checksum; its Corrupt errors, opening
+    /// and searching, name the segment's directory (see [`name_segment`]).
     pub async fn open(
         &self,
         ctx: &crate::types::IndexContext,
-        dir: &RelativePath,
-        details: &[u8],
+        segment: &IndexMetadata,
     ) -> Result<Arc<dyn IndexSegmentReader>> {
+        let dir = &index_dir(&segment.uuid);
+        let details = segment.details.as_slice();
+        let ctx = &ctx.for_segment(segment);
         let opened = match self {
             RegisteredType::Streaming(t) => t.open(ctx, dir, details).await,
             RegisteredType::Legacy(t) => t.open(ctx, dir, details).await,

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 
 use refract_core::materialize::{materialize, MaterializeBudget};
 use refract_core::{Error, Result, RowAddrRemap};
-use refract_table::io::index_dir;
+use std::sync::Arc;
+
+use refract_table::io::{index_dir, FileJournal};
 use refract_table::{Dataset, IndexMetadata, Manifest};
 use roaring::RoaringBitmap;
 use uuid::Uuid;
@@ -77,6 +79,8 @@ pub async fn remap_segment(
     let uuid = Uuid::new_v4();
     let old_dir = index_dir(&meta.uuid);
     let new_dir = index_dir(&uuid);
+    let journal = Arc::new(FileJournal::new());
+    let ctx = &ctx.for_segment(meta).recording(journal.clone());
     let details = match registered {
         RegisteredType::Streaming(t) => t
             .remap(ctx, &old_dir, &meta.details, &new_dir, translator)
@@ -115,6 +119,7 @@ pub async fn remap_segment(
         details,
         index_version: registered.index_version(),
         dataset_version: options.dataset_version,
+        files: journal.take_under(&new_dir),
     }))
 }
 

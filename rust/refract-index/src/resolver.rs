@@ -119,6 +119,7 @@ mod tests {
             details: Vec::new(),
             index_version: 1,
             dataset_version: version,
+            files: Vec::new(),
         }
     }
 

@@ -141,7 +141,7 @@ async fn remap_restamps_coverage_and_uuid() {
 async fn btree_rows(ds: &Dataset, meta: &IndexMetadata) -> Vec<(i32, u64)> {
     let read = |name: &'static str| async move {
         let path = index_dir(&meta.uuid).join(name).unwrap();
-        let file = LanceFileReader::open(ds.store(), &path, None)
+        let file = LanceFileReader::open(ds.store(), &path, None, None)
             .await
             .unwrap();
         let batches = file.read_all(None).await.unwrap();
@@ -202,7 +202,7 @@ async fn remapped_files_hold_exactly_the_live_addresses() {
         let reader = registry
             .get(&meta.index_type)
             .unwrap()
-            .open(&ctx, &index_dir(&meta.uuid), &meta.details)
+            .open(&ctx, meta)
             .await
             .unwrap();
         let stored = reader.stored_addresses().await.unwrap();
@@ -226,6 +226,7 @@ async fn remapped_files_hold_exactly_the_live_addresses() {
     let lookup = LanceFileReader::open(
         ds.store(),
         &index_dir(&meta.uuid).join(PAGE_LOOKUP_FILE).unwrap(),
+        None,
         None,
     )
     .await
@@ -332,6 +333,7 @@ fn system_entry() -> IndexMetadata {
         details: vec![1, 2, 3],
         index_version: 1,
         dataset_version: 1,
+        files: Vec::new(),
     }
 }
 

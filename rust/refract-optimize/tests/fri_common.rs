@@ -147,6 +147,7 @@ pub fn user_segment(name: &str, fragments: &[u64], version: u64) -> IndexMetadat
         details: Vec::new(),
         index_version: 0,
         dataset_version: version,
+        files: Vec::new(),
     }
 }
 
@@ -295,5 +296,6 @@ pub fn raw_fri_entry(details: Vec<u8>, index_version: u32, version: u64) -> Inde
         details,
         index_version,
         dataset_version: version,
+        files: Vec::new(),
     }
 }

@@ -27,7 +27,7 @@ use refract_optimize::fri::{
 };
 use refract_optimize::remap::{RemapReport, SegmentStatus, UnchangedReason};
 use refract_reader::FriResolver;
-use refract_table::io::{index_dir, RelativePath};
+use refract_table::io::RelativePath;
 use refract_table::transaction::{Operation, RewriteGroup, Transaction};
 use refract_table::{Dataset, IndexMetadata};
 use roaring::RoaringTreemap;
@@ -215,10 +215,7 @@ pub async fn stored_addresses(
 ) -> RoaringTreemap {
     let ctx = index_context(dataset);
     let registered = registry.get(&meta.index_type).unwrap();
-    let reader = registered
-        .open(&ctx, &index_dir(&meta.uuid), &meta.details)
-        .await
-        .unwrap();
+    let reader = registered.open(&ctx, meta).await.unwrap();
     reader.stored_addresses().await.unwrap()
 }
 

@@ -11,11 +11,8 @@ use std::sync::Arc;
 
 use refract_core::cache::{ByteWeightedCache, CacheKey, CacheNamespace, DeepSize, KeyParts};
 use refract_core::{Error, FragmentRows, RemapChain, Result, RewriteGroupInput, RowAddrRemap};
-use refract_ledger::{
-    parse_details, ContentLocation, Fingerprint, Ledger, Mapping, TransitionRecord,
-    FRI_INDEX_VERSION_LEGACY,
-};
-use refract_table::commit::fri_entry::read_external_content;
+use refract_ledger::{Fingerprint, Ledger, Mapping, TransitionRecord, FRI_INDEX_VERSION_LEGACY};
+use refract_table::commit::fri_entry::decode_entry;
 use refract_table::io::DatasetStore;
 use refract_table::IndexMetadata;
 use uuid::Uuid;
@@ -219,30 +216,11 @@ pub async fn load_history(
     entry: &IndexMetadata,
 ) -> Result<Arc<FriHistory>> {
     let store = store.clone();
-    let uuid = entry.uuid;
-    let index_version = entry.index_version;
-    let details = entry.details.clone();
+    let entry = entry.clone();
     cache
-        .get_or_try_insert(history_key(&uuid), async move {
-            let ledger = decode_ledger(&store, &details, index_version, &uuid).await?;
-            FriHistory::from_ledger(uuid, &ledger)
+        .get_or_try_insert(history_key(&entry.uuid), async move {
+            let ledger = decode_entry(&store, &entry).await?;
+            FriHistory::from_ledger(entry.uuid, &ledger)
         })
         .await
-}
-
-/// Decodes an entry's ledger, reading external content when needed. The
-/// version gate and reference checks run before any I/O.
-pub async fn decode_ledger(
-    store: &DatasetStore,
-    details: &[u8],
-    index_version: u32,
-    uuid: &Uuid,
-) -> Result<Ledger> {
-    match parse_details(details, index_version, uuid)? {
-        ContentLocation::Inline(content) => Ledger::from_content_bytes(content, index_version),
-        ContentLocation::External(external) => {
-            let bytes = read_external_content(store, &external).await?;
-            Ledger::from_content_bytes(&bytes, index_version)
-        }
-    }
 }

@@ -204,3 +204,45 @@ async fn impossible_ranges_and_paths_are_refused_before_reading(#[case] lie: Lie
     fri_query(&ds).await.unwrap_err();
     assert_eq!(ds.store().stats().requests_under("_indices"), 0, "{lie:?}");
 }
+
+/// Every flipped bit of the external file (spread over the whole file): the
+/// FRI query and the writers' ledger load either fail `Corrupt` naming the
+/// file or see exactly the recorded ledger; never other rows.
+#[tokio::test]
+async fn flipped_bits_in_external_content_are_detected() {
+    let (t, path, _) = table().await;
+    let expected = fri_query(&t.ds).await.unwrap();
+    let relative = RelativePath::parse(&path).unwrap();
+    let store = t.ds.store().clone();
+    let original = store.get(&relative).await.unwrap();
+    let bits = original.len() * 8;
+    let mut corrupt = 0;
+    for bit in (0..bits).step_by((bits / 400).max(1)) {
+        let mut damaged = original.to_vec();
+        damaged[bit / 8] ^= 1 << (bit % 8);
+        store.put(&relative, damaged.into()).await.unwrap();
+        let ds = reopen(&t).await;
+        for outcome in [
+            fri_query(&ds).await.map(Some),
+            refract_table::commit::fri_entry::load_ledger(&ds)
+                .await
+                .map(|_| None),
+        ] {
+            match outcome {
+                Ok(Some(ids)) => assert_eq!(ids, expected, "bit {bit}"),
+                Ok(None) => {}
+                Err(Error::Corrupt { what, message }) => {
+                    assert!(
+                        what.contains(&path) || message.contains(&path),
+                        "bit {bit}: {what}: {message}"
+                    );
+                    corrupt += 1;
+                }
+                Err(err) => panic!("bit {bit}: not Corrupt: {err}"),
+            }
+        }
+    }
+    store.put(&relative, original).await.unwrap();
+    // The file is one checksum block: every flip is caught by both readers.
+    assert_eq!(corrupt, 2 * bits.div_ceil((bits / 400).max(1)));
+}

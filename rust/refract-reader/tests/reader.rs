@@ -261,6 +261,7 @@ async fn system_entries_pass_through_untouched() {
         details: b"generation 7".to_vec(),
         index_version: 3,
         dataset_version: t.ds.version(),
+        files: Vec::new(),
     };
     let blind = IndexMetadata {
         uuid: Uuid::new_v4(),

@@ -57,6 +57,7 @@ async fn operation(kind: Kind, dataset: &Dataset) -> Operation {
                 details: vec![],
                 index_version: 1,
                 dataset_version: dataset.version(),
+                files: Vec::new(),
             }],
             removed_index_uuids: vec![],
         },

@@ -122,6 +122,7 @@ fn create_index_entry() -> OperationFn {
                 details: vec![],
                 index_version: 1,
                 dataset_version: dataset.version(),
+                files: Vec::new(),
             };
             dataset
                 .commit(Operation::CreateIndex {

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use prost::Message;
 use refract_core::Error;
+use refract_table::format::manifest::manifest_body;
 use refract_table::format::proto;
 use refract_table::io::{manifest_path, RelativePath};
 use refract_table::testing::{sample_rows, snapshot, FaultRig};
@@ -214,7 +215,9 @@ async fn publish_damaged(
     dataset: &Dataset,
     damage: impl FnOnce(&mut proto::Manifest),
 ) {
-    let mut message = proto::Manifest::decode(dataset.manifest().encode().unwrap()).unwrap();
+    let mut message =
+        proto::Manifest::decode(manifest_body(&dataset.manifest().encode().unwrap()).unwrap())
+            .unwrap();
     message.version += 1;
     damage(&mut message);
     rig.clean_store()

@@ -218,13 +218,7 @@ async fn serve(
             );
             continue;
         };
-        let reader = registered
-            .open(
-                &ctx,
-                &index_dir(&resolved.meta.uuid),
-                &resolved.meta.details,
-            )
-            .await?;
+        let reader = registered.open(&ctx, &resolved.meta).await?;
         if reader.can_answer(index_query) {
             served.push(Served { resolved, reader });
         }

@@ -19,8 +19,9 @@ use arrow_schema::DataType;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use refract_core::{ByteWeightedCache, Result};
-use refract_table::io::{DatasetStore, RelativePath};
+use refract_table::io::{DatasetStore, FileJournal, RelativePath};
 use refract_table::predicate::Literal;
+use refract_table::IndexMetadata;
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 
@@ -115,6 +116,27 @@ pub struct IndexContext {
     pub store: DatasetStore,
     /// The session's shared byte-weighted cache (index pages, lookups).
     pub cache: ByteWeightedCache,
+}
+
+impl IndexContext {
+    /// The context for reading `segment`: every read of a file its metadata
+    /// records is verified against the recorded checksum, and copying one
+    /// (reuse in a remap) verifies it first.
+    pub fn for_segment(&self, segment: &IndexMetadata) -> IndexContext {
+        IndexContext {
+            store: self.store.verifying(&segment.files),
+            cache: self.cache.clone(),
+        }
+    }
+
+    /// The context for writing a segment: every file written through it is
+    /// recorded in `journal` with its size and checksum.
+    pub fn recording(&self, journal: Arc<FileJournal>) -> IndexContext {
+        IndexContext {
+            store: self.store.recording(journal),
+            cache: self.cache.clone(),
+        }
+    }
 }
 
 /// One index type. Implementations are stateless; segment state lives in the

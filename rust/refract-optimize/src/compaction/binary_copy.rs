@@ -61,6 +61,7 @@ pub(super) async fn try_copy_task(
                 path: path.to_string(),
                 size_bytes: summary.size_bytes,
                 num_rows: summary.num_rows,
+                checksum: Some(summary.checksum),
             }),
             Ok(ConcatOutcome::Unsupported(reason)) => {
                 tracing::debug!(%reason, "compaction re-encodes: pages cannot be copied");
@@ -117,6 +118,7 @@ fn concat_inputs(group: &[Fragment]) -> Vec<ConcatInput> {
             path: file.path.clone(),
             size_bytes: file.size_bytes,
             num_rows: file.num_rows,
+            checksum: file.checksum.clone(),
         })
         .collect()
 }
@@ -162,6 +164,7 @@ mod tests {
                 path: RelativePath::parse(&format!("data/{id}.lance")).unwrap(),
                 size_bytes: 1_000,
                 num_rows: rows,
+                checksum: None,
             }],
             physical_rows: rows,
             deletion_file: None,
@@ -202,6 +205,7 @@ mod tests {
         deleted[1].deletion_file = Some(refract_table::io::DeletionFileRef {
             path: RelativePath::parse("_deletions/2.bin").unwrap(),
             num_deleted_rows: 0,
+            checksum: None,
         });
         assert!(copy_groups(&deleted, &[200]).is_none());
 

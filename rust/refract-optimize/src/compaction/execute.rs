@@ -16,6 +16,7 @@ use std::ops::RangeInclusive;
 use arrow_array::{RecordBatch, UInt64Array};
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use refract_core::checksum::FileChecksum;
 use refract_core::{Error, Result};
 use refract_table::dataset::{Dataset, ROW_ADDRESS_COLUMN};
 use refract_table::format::{DataFile, Fragment};
@@ -40,6 +41,10 @@ pub struct WrittenFile {
     pub size_bytes: u64,
     /// Rows in the file.
     pub num_rows: u64,
+    /// Block checksums of the file as written (absent from results of
+    /// older releases).
+    #[serde(default)]
+    pub checksum: Option<FileChecksum>,
 }
 
 /// The serializable outcome of [`CompactionTask::execute`], committed by
@@ -80,6 +85,7 @@ impl RewriteResult {
                         path: RelativePath::parse(&file.path)?,
                         size_bytes: file.size_bytes,
                         num_rows: file.num_rows,
+                        checksum: file.checksum.clone(),
                     }],
                     physical_rows: file.num_rows,
                     deletion_file: None,
@@ -394,6 +400,7 @@ impl<'a> OutputSplitter<'a> {
                 path: path.to_string(),
                 size_bytes: summary.size_bytes,
                 num_rows: summary.num_rows,
+                checksum: Some(summary.checksum),
             });
         }
         Ok(())

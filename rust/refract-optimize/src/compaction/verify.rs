@@ -14,7 +14,7 @@ use refract_table::io::lance_files::LanceFileReader;
 use refract_table::io::paths::RelativePath;
 use roaring::RoaringTreemap;
 
-use super::execute::RewriteResult;
+use super::execute::{RewriteResult, WrittenFile};
 
 fn lie(result: &RewriteResult, message: impl std::fmt::Display) -> Error {
     Error::invalid_input(format!(
@@ -51,7 +51,7 @@ pub async fn verify_results(
                     format!("{} already belongs to the table", file.path),
                 ));
             }
-            verify_file(dataset, result, &file.path, file.size_bytes, file.num_rows).await?;
+            verify_file(dataset, result, file).await?;
         }
     }
     Ok(())
@@ -130,14 +130,9 @@ fn survivors_of(surviving: &RoaringTreemap, fragment_id: u64) -> Option<&roaring
 }
 
 /// The file exists under `data/`, has the declared size and rows.
-async fn verify_file(
-    dataset: &Dataset,
-    result: &RewriteResult,
-    path: &str,
-    size_bytes: u64,
-    num_rows: u64,
-) -> Result<()> {
-    let path = RelativePath::parse(path)?;
+async fn verify_file(dataset: &Dataset, result: &RewriteResult, file: &WrittenFile) -> Result<()> {
+    let (size_bytes, num_rows) = (file.size_bytes, file.num_rows);
+    let path = RelativePath::parse(&file.path)?;
     if !path.as_str().starts_with("data/") {
         return Err(lie(result, format!("{path} is not a data file path")));
     }
@@ -152,7 +147,8 @@ async fn verify_file(
             format!("{path} has {actual} bytes, not {size_bytes}"),
         ));
     }
-    let reader = LanceFileReader::open(dataset.store(), &path, Some(actual)).await?;
+    let reader =
+        LanceFileReader::open(dataset.store(), &path, Some(actual), file.checksum.as_ref()).await?;
     if reader.num_rows() != num_rows || num_rows == 0 {
         return Err(lie(
             result,

@@ -421,6 +421,7 @@ impl Destinations {
                     path,
                     size_bytes: summary.size_bytes,
                     num_rows: summary.num_rows,
+                    checksum: Some(summary.checksum),
                 }],
                 physical_rows: summary.num_rows,
                 deletion_file: None,

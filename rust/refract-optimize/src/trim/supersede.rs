@@ -64,6 +64,7 @@ mod tests {
             details: vec![],
             index_version: 0,
             dataset_version: version,
+            files: Vec::new(),
         }
     }
 

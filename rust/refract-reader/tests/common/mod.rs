@@ -14,12 +14,13 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::TryStreamExt;
+use refract_core::checksum::FileChecksum;
 use refract_core::Result;
 use refract_index::{create_index, IndexParams, IndexUse, Query, QueryResult};
 use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
 use refract_reader::rowmap::RowMapWriter;
 use refract_reader::{ChunkCacheMode, FriResolver, FRI_INDEX_NAME, FRI_INDEX_TYPE};
-use refract_table::io::RelativePath;
+use refract_table::io::{RecordedFile, RelativePath};
 use refract_table::transaction::RewriteGroup;
 use refract_table::{Dataset, IndexMetadata, Manifest, OpenOptions, Operation, WriteOptions};
 use roaring::RoaringTreemap;
@@ -452,6 +453,7 @@ impl Table {
                 .max(u32::from(!self.unknown.is_empty()));
             (content, version)
         };
+        let mut files = Vec::new();
         let details = match self.storage {
             Storage::Inline => inline_details(&content, index_version),
             Storage::External => {
@@ -459,6 +461,12 @@ impl Table {
                 let path = format!("_indices/{uuid}/details.binpb");
                 let mut file = prefix.to_vec();
                 file.extend_from_slice(&content);
+                // Recorded the way the engine's writer records its external files.
+                files.push(RecordedFile {
+                    path: RelativePath::parse(&path).unwrap(),
+                    size_bytes: file.len() as u64,
+                    checksum: FileChecksum::of(&file),
+                });
                 self.ds
                     .store()
                     .put(&RelativePath::parse(&path).unwrap(), file.into())
@@ -481,6 +489,7 @@ impl Table {
             details,
             index_version,
             dataset_version: self.ds.version(),
+            files,
         };
         let removed = refract_reader::fri_uuid(self.ds.manifest())
             .into_iter()

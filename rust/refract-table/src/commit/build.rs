@@ -283,6 +283,7 @@ mod tests {
                 path: data_file_path(&format!("f{id}-{rows}.lance")).unwrap(),
                 size_bytes: 100,
                 num_rows: rows,
+                checksum: None,
             }],
             physical_rows: rows,
             deletion_file: None,

@@ -16,7 +16,8 @@ use uuid::Uuid;
 
 use crate::dataset::Dataset;
 use crate::format::{IndexMetadata, Manifest};
-use crate::io::{DatasetStore, RelativePath};
+use crate::io::{DatasetStore, RecordedFile, RelativePath};
+use refract_core::checksum::FileChecksum;
 
 /// True when `index` is the FRI system entry.
 pub fn is_fri_entry(index: &IndexMetadata) -> bool {
@@ -65,14 +66,16 @@ pub async fn load_ledger_of(
     Ok(Some((entry.clone(), ledger)))
 }
 
-/// Decodes one FRI entry's ledger.
+/// Decodes one FRI entry's ledger, reading external content when needed
+/// (verified against the checksum the entry records for its file). The
+/// version gate and reference checks run before any I/O.
 pub async fn decode_entry(store: &DatasetStore, entry: &IndexMetadata) -> Result<Ledger> {
     match parse_details(&entry.details, entry.index_version, &entry.uuid)? {
         ContentLocation::Inline(content) => {
             Ledger::from_content_bytes(content, entry.index_version)
         }
         ContentLocation::External(external) => {
-            let bytes = read_external_content(store, &external).await?;
+            let bytes = read_external_content(&store.verifying(&entry.files), &external).await?;
             Ledger::from_content_bytes(&bytes, entry.index_version)
         }
     }
@@ -119,10 +122,15 @@ pub async fn new_fri_entry(
 ) -> Result<IndexMetadata> {
     let uuid = Uuid::new_v4();
     let encoded = ledger.encode_details(&uuid)?;
+    let mut files = Vec::new();
     if let Some((path, bytes)) = encoded.external_file {
-        store
-            .put(&RelativePath::parse(&path)?, Bytes::from(bytes))
-            .await?;
+        let path = RelativePath::parse(&path)?;
+        files.push(RecordedFile {
+            path: path.clone(),
+            size_bytes: bytes.len() as u64,
+            checksum: FileChecksum::of(&bytes),
+        });
+        store.put(&path, Bytes::from(bytes)).await?;
     }
     Ok(IndexMetadata {
         uuid,
@@ -133,6 +141,7 @@ pub async fn new_fri_entry(
         details: encoded.details,
         index_version: encoded.index_version,
         dataset_version,
+        files,
     })
 }
 

@@ -234,23 +234,13 @@ impl Dataset {
             KeyParts::Path(format!("{}/{}", self.store.uri(), deletion.path)),
         );
         let store = self.store.clone();
-        let path = deletion.path.clone();
+        let deletion = deletion.clone();
         let physical_rows = fragment.physical_rows;
-        let expected = deletion.num_deleted_rows;
         let cached = self
             .session
             .cache()
             .get_or_try_insert(key, async move {
-                let vector = read_deletion_file(&store, &path, physical_rows).await?;
-                if vector.len() != expected {
-                    return Err(Error::corrupt(
-                        "deletion file",
-                        format!(
-                            "{path} holds {} offsets but the manifest records {expected}",
-                            vector.len()
-                        ),
-                    ));
-                }
+                let vector = read_deletion_file(&store, &deletion, physical_rows).await?;
                 Ok(CachedDeletionVector(Arc::new(vector)))
             })
             .await?;
@@ -260,7 +250,13 @@ impl Dataset {
     /// A reader over the fragment's data file.
     pub async fn fragment_reader(&self, fragment: &Fragment) -> Result<LanceFileReader> {
         let file = single_data_file(fragment)?;
-        let reader = LanceFileReader::open(&self.store, &file.path, Some(file.size_bytes)).await?;
+        let reader = LanceFileReader::open(
+            &self.store,
+            &file.path,
+            Some(file.size_bytes),
+            file.checksum.as_ref(),
+        )
+        .await?;
         // The manifest's row count is a claim; the file decides what can be read.
         if reader.num_rows() != fragment.physical_rows {
             return Err(Error::corrupt(

@@ -33,6 +33,9 @@ pub const DEFAULT_SCAN_BATCH_SIZE: usize = 8_192;
 const MIN_FRAGMENT_READAHEAD: usize = 2;
 /// Most fragments opened ahead: bounds open files and buffered batches.
 const MAX_FRAGMENT_READAHEAD: usize = 16;
+/// The same on a remote store, where every open waits a round trip: more
+/// opens overlap (the row and byte aims still bound what is held).
+const MAX_REMOTE_FRAGMENT_READAHEAD: usize = 64;
 /// Rows the read-ahead aims to keep in flight. Small fragments get more
 /// fragments in flight so per-file open latency overlaps; large ones stay at
 /// the minimum so memory stays bounded.
@@ -179,7 +182,7 @@ impl Scanner {
         let fragments = self.selected_fragments()?;
         let dataset = self.dataset.clone();
         let batch_size = u32::try_from(self.batch_size).unwrap_or(u32::MAX);
-        let readahead = fragment_readahead(&fragments);
+        let readahead = fragment_readahead(&fragments, self.dataset.store().is_remote());
         let per_fragment = stream::iter(fragments)
             .map(move |fragment| open_fragment(dataset.clone(), fragment, plan.clone(), batch_size))
             .buffered(readahead)
@@ -293,7 +296,12 @@ impl Scanner {
 /// Fragments to open ahead for `fragments`: enough to keep about
 /// [`READAHEAD_ROWS`] rows and at most about [`READAHEAD_BYTES`] in flight,
 /// within the fixed bounds.
-fn fragment_readahead(fragments: &[Fragment]) -> usize {
+fn fragment_readahead(fragments: &[Fragment], remote: bool) -> usize {
+    let most = if remote {
+        MAX_REMOTE_FRAGMENT_READAHEAD
+    } else {
+        MAX_FRAGMENT_READAHEAD
+    };
     let count = fragments.len() as u64;
     if count == 0 {
         return MIN_FRAGMENT_READAHEAD;
@@ -302,8 +310,8 @@ fn fragment_readahead(fragments: &[Fragment]) -> usize {
     let average_bytes = (fragments.iter().map(|f| f.size_bytes()).sum::<u64>() / count).max(1);
     let wanted = (READAHEAD_ROWS / average_rows).min(READAHEAD_BYTES / average_bytes);
     usize::try_from(wanted)
-        .unwrap_or(MAX_FRAGMENT_READAHEAD)
-        .clamp(MIN_FRAGMENT_READAHEAD, MAX_FRAGMENT_READAHEAD)
+        .unwrap_or(most)
+        .clamp(MIN_FRAGMENT_READAHEAD, most)
 }
 
 /// Opens one fragment for the scan. In a one-pass scan, a fragment whose
@@ -346,10 +354,21 @@ async fn fragment_stream(
     let reader = if plan.one_pass {
         let file = single_data_file(&fragment)?;
         if file.size_bytes <= PREFETCH_LIMIT_BYTES {
-            LanceFileReader::open_prefetched(dataset.store(), &file.path, file.size_bytes).await?
+            LanceFileReader::open_prefetched(
+                dataset.store(),
+                &file.path,
+                file.size_bytes,
+                file.checksum.as_ref(),
+            )
+            .await?
         } else {
-            LanceFileReader::open_uncached(dataset.store(), &file.path, Some(file.size_bytes))
-                .await?
+            LanceFileReader::open_uncached(
+                dataset.store(),
+                &file.path,
+                Some(file.size_bytes),
+                file.checksum.as_ref(),
+            )
+            .await?
         }
     } else {
         dataset.fragment_reader(&fragment).await?
@@ -703,6 +722,7 @@ mod tests {
                 path: RelativePath::parse("data/x.lance").unwrap(),
                 size_bytes,
                 num_rows: physical_rows,
+                checksum: None,
             }],
             physical_rows,
             deletion_file: None,
@@ -710,15 +730,17 @@ mod tests {
     }
 
     #[rstest]
-    #[case::no_fragments(vec![], 2)]
-    #[case::small_fragments(vec![fragment(1_000, 130_000); 4], 16)]
-    #[case::mid_fragments(vec![fragment(16_384, 2_000_000); 4], 4)]
-    #[case::wide_rows(vec![fragment(1_000, 8 << 20); 4], 2)]
-    #[case::large_fragments(vec![fragment(1_048_576, 130 << 20); 4], 2)]
+    #[case::no_fragments(vec![], 2, 2)]
+    #[case::small_fragments(vec![fragment(1_000, 130_000); 4], 16, 65)]
+    #[case::mid_fragments(vec![fragment(16_384, 2_000_000); 4], 4, 4)]
+    #[case::wide_rows(vec![fragment(1_000, 8 << 20); 4], 2, 2)]
+    #[case::large_fragments(vec![fragment(1_048_576, 130 << 20); 4], 2, 2)]
     fn readahead_keeps_rows_and_bytes_in_flight_bounded(
         #[case] fragments: Vec<Fragment>,
-        #[case] expected: usize,
+        #[case] local: usize,
+        #[case] remote: usize,
     ) {
-        assert_eq!(fragment_readahead(&fragments), expected);
+        assert_eq!(fragment_readahead(&fragments, false), local);
+        assert_eq!(fragment_readahead(&fragments, true), remote.min(64));
     }
 }

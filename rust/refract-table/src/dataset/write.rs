@@ -213,6 +213,7 @@ async fn finish_file(file: OpenFile) -> Result<Fragment> {
             path: file.path,
             size_bytes: summary.size_bytes,
             num_rows: summary.num_rows,
+            checksum: Some(summary.checksum),
         }],
         physical_rows: summary.num_rows,
         deletion_file: None,

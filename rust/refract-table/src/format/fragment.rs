@@ -1,5 +1,6 @@
 //! Fragments and their data files: the Rust model of `DataFragment`.
 
+use refract_core::checksum::FileChecksum;
 use refract_core::{Error, Result};
 
 use super::proto;
@@ -21,6 +22,8 @@ pub struct DataFile {
     pub size_bytes: u64,
     /// Rows in the file (equals the fragment's physical rows).
     pub num_rows: u64,
+    /// Block checksums of the file (absent in files written before checksums).
+    pub checksum: Option<FileChecksum>,
 }
 
 /// A fragment: a run of rows addressed `id << 32 | offset`.
@@ -102,6 +105,7 @@ impl Fragment {
                     path: file.path.as_str().to_string(),
                     size_bytes: file.size_bytes,
                     num_rows: file.num_rows,
+                    checksum: file.checksum.as_ref().map(checksum_to_proto),
                 })
                 .collect(),
             physical_rows: self.physical_rows,
@@ -111,6 +115,7 @@ impl Fragment {
                 .map(|deletion| proto::DeletionFile {
                     path: deletion.path.as_str().to_string(),
                     num_deleted_rows: deletion.num_deleted_rows,
+                    checksum: deletion.checksum.as_ref().map(checksum_to_proto),
                 }),
         }
     }
@@ -121,10 +126,13 @@ impl Fragment {
             .files
             .iter()
             .map(|file| {
+                let path = RelativePath::parse(&file.path)?;
+                let checksum = checksum_from_proto(file.checksum.as_ref(), &path, file.size_bytes)?;
                 Ok(DataFile {
-                    path: RelativePath::parse(&file.path)?,
+                    path,
                     size_bytes: file.size_bytes,
                     num_rows: file.num_rows,
+                    checksum,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -132,9 +140,17 @@ impl Fragment {
             .deletion_file
             .as_ref()
             .map(|deletion| {
+                let path = RelativePath::parse(&deletion.path)?;
+                // A deletion file's size is not recorded: the checksum says it.
+                let checksum = deletion
+                    .checksum
+                    .as_ref()
+                    .map(|stored| decode_checksum(stored, &path))
+                    .transpose()?;
                 Ok::<_, Error>(DeletionFileRef {
-                    path: RelativePath::parse(&deletion.path)?,
+                    path,
                     num_deleted_rows: deletion.num_deleted_rows,
+                    checksum,
                 })
             })
             .transpose()?;
@@ -151,4 +167,43 @@ impl Fragment {
 
 fn corrupt(message: String) -> Error {
     Error::corrupt("manifest", message)
+}
+
+/// The stored form of a checksum.
+pub(crate) fn checksum_to_proto(checksum: &FileChecksum) -> proto::Checksum {
+    proto::Checksum {
+        block_bytes: checksum.block_bytes(),
+        crc32c: checksum.blocks_le_bytes(),
+    }
+}
+
+/// A stored checksum of the file at `path`; Corrupt (the manifest) when
+/// malformed.
+pub(crate) fn decode_checksum(
+    stored: &proto::Checksum,
+    path: &RelativePath,
+) -> Result<FileChecksum> {
+    FileChecksum::from_le_bytes(stored.block_bytes, &stored.crc32c)
+        .map_err(|e| corrupt(format!("checksum of {path}: {e}")))
+}
+
+/// A stored checksum, if any, of a file of `size` bytes at `path`; Corrupt
+/// (the manifest) when malformed or not covering `size` bytes.
+pub(crate) fn checksum_from_proto(
+    stored: Option<&proto::Checksum>,
+    path: &RelativePath,
+    size: u64,
+) -> Result<Option<FileChecksum>> {
+    let Some(stored) = stored else {
+        return Ok(None);
+    };
+    let checksum = decode_checksum(stored, path)?;
+    if checksum.check_size("manifest", size).is_err() {
+        return Err(corrupt(format!(
+            "the checksum of {path} covers {} blocks of {} bytes, not a {size}-byte file",
+            checksum.blocks().len(),
+            checksum.block_bytes()
+        )));
+    }
+    Ok(Some(checksum))
 }

@@ -4,7 +4,9 @@ use refract_core::{DeletionVector, Error, Result};
 use roaring::RoaringBitmap;
 use uuid::Uuid;
 
+use super::fragment::{checksum_from_proto, checksum_to_proto};
 use super::proto;
+use crate::io::{RecordedFile, RelativePath};
 
 /// Names starting with this prefix are system entries (e.g. the FRI).
 pub const SYSTEM_INDEX_PREFIX: &str = "__";
@@ -28,6 +30,9 @@ pub struct IndexMetadata {
     pub index_version: u32,
     /// Dataset version the segment was built or remapped at.
     pub dataset_version: u64,
+    /// Every file of the segment with its size and checksum, sorted by path
+    /// (empty for segments written before checksums).
+    pub files: Vec<RecordedFile>,
 }
 
 impl IndexMetadata {
@@ -47,6 +52,7 @@ impl IndexMetadata {
             details: self.details.clone(),
             index_version: self.index_version,
             dataset_version: self.dataset_version,
+            files: self.files.iter().map(stored_file_to_proto).collect(),
         }
     }
 
@@ -77,8 +83,37 @@ impl IndexMetadata {
             details: message.details.clone(),
             index_version: message.index_version,
             dataset_version: message.dataset_version,
+            files: message
+                .files
+                .iter()
+                .map(stored_file_from_proto)
+                .collect::<Result<Vec<_>>>()?,
         })
     }
+}
+
+/// The stored form of a file reference.
+pub(crate) fn stored_file_to_proto(file: &RecordedFile) -> proto::StoredFile {
+    proto::StoredFile {
+        path: file.path.as_str().to_string(),
+        size_bytes: file.size_bytes,
+        checksum: Some(checksum_to_proto(&file.checksum)),
+    }
+}
+
+/// Decodes a stored file reference (the path is untrusted); Corrupt (the
+/// manifest) without a checksum or with one that does not cover the size.
+pub(crate) fn stored_file_from_proto(stored: &proto::StoredFile) -> Result<RecordedFile> {
+    let path = RelativePath::parse(&stored.path)?;
+    let checksum = checksum_from_proto(stored.checksum.as_ref(), &path, stored.size_bytes)?
+        .ok_or_else(|| {
+            Error::corrupt("manifest", format!("{path} is recorded without a checksum"))
+        })?;
+    Ok(RecordedFile {
+        path,
+        size_bytes: stored.size_bytes,
+        checksum,
+    })
 }
 
 /// Serializes a roaring bitmap (portable format).

@@ -3,6 +3,13 @@
 //! Decoding treats the bytes as untrusted: truncated or garbage input, paths
 //! that leave the root, duplicate or out-of-range fragment ids and inconsistent
 //! row counts are errors (`Corrupt` / `PathEscape`), never panics.
+//!
+//! Stored form: [`MANIFEST_MAGIC`], the CRC-32C of the body (little-endian
+//! u32), then the protobuf body. A manifest written before checksums is a
+//! bare protobuf body; its first byte is always `0x08` (the tag of field 1,
+//! `version`, which is never zero), which no single flipped bit turns into
+//! the magic's first byte or back, so damage to the header is never
+//! mistaken for the old form.
 
 use std::collections::HashSet;
 use std::io::Cursor;
@@ -20,6 +27,46 @@ use super::index::IndexMetadata;
 use super::proto;
 use crate::io::manifest_path;
 use crate::transaction::Transaction;
+
+/// First bytes of a checksummed manifest.
+pub const MANIFEST_MAGIC: [u8; 4] = *b"RFM1";
+/// Magic and checksum.
+const HEADER_LEN: usize = 8;
+/// First byte of a manifest written before checksums (tag of field 1, varint).
+const LEGACY_FIRST_BYTE: u8 = 0x08;
+
+/// The protobuf body of stored manifest bytes, verified against the checksum
+/// in its header; a manifest written before checksums is returned as it is.
+///
+/// # Errors
+/// Corrupt (the manifest) when the header is damaged or the body does not
+/// match its checksum.
+pub fn manifest_body(bytes: &[u8]) -> Result<&[u8]> {
+    if bytes.first() == Some(&LEGACY_FIRST_BYTE) {
+        return Ok(bytes);
+    }
+    let (Some(magic), Some(crc), Some(body)) = (
+        bytes.get(..4),
+        bytes.get(4..HEADER_LEN),
+        bytes.get(HEADER_LEN..),
+    ) else {
+        return Err(corrupt(format!(
+            "{} bytes are too short for a manifest header",
+            bytes.len()
+        )));
+    };
+    if magic != MANIFEST_MAGIC {
+        return Err(corrupt("the header is damaged (unknown magic)".to_string()));
+    }
+    let expected = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    let actual = refract_core::checksum::crc32c(body);
+    if actual != expected {
+        return Err(corrupt(format!(
+            "checksum mismatch: the body's CRC-32C is {actual:#010x}, the header records {expected:#010x}"
+        )));
+    }
+    Ok(body)
+}
 
 /// One version of a dataset.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,12 +122,17 @@ impl Manifest {
             timestamp_ms: self.timestamp_ms,
             transaction: self.transaction.as_ref().map(Transaction::to_proto),
         };
-        Ok(Bytes::from(message.encode_to_vec()))
+        let body = message.encode_to_vec();
+        let mut stored = Vec::with_capacity(HEADER_LEN + body.len());
+        stored.extend_from_slice(&MANIFEST_MAGIC);
+        stored.extend_from_slice(&refract_core::checksum::crc32c(&body).to_le_bytes());
+        stored.extend_from_slice(&body);
+        Ok(Bytes::from(stored))
     }
 
-    /// Decodes and validates untrusted bytes.
+    /// Verifies ([`manifest_body`]), decodes and validates untrusted bytes.
     pub fn decode(bytes: &[u8]) -> Result<Manifest> {
-        let message = proto::Manifest::decode(bytes)
+        let message = proto::Manifest::decode(manifest_body(bytes)?)
             .map_err(|err| Error::corrupt("manifest", format!("protobuf decode failed: {err}")))?;
         let manifest = Manifest {
             version: message.version,

@@ -4,6 +4,7 @@
 //! Files are never overwritten: each write gets a fresh uuid name, so a reader
 //! holding an old manifest keeps seeing the deletions it was committed with.
 
+use refract_core::checksum::FileChecksum;
 use refract_core::{DeletionVector, Error, Result};
 use uuid::Uuid;
 
@@ -17,6 +18,8 @@ pub struct DeletionFileRef {
     pub path: RelativePath,
     /// Number of deleted offsets in the file.
     pub num_deleted_rows: u64,
+    /// Block checksums of the file (absent in files written before checksums).
+    pub checksum: Option<FileChecksum>,
 }
 
 /// Writes `dv` for `fragment_id` under a fresh unique name.
@@ -28,23 +31,44 @@ pub async fn write_deletion_file(
     let name = format!("{fragment_id}-{}.bin", Uuid::new_v4().hyphenated());
     let path = deletion_file_path(&name)?;
     let bytes = bytes::Bytes::from(dv.to_bytes());
+    let checksum = FileChecksum::of(&bytes);
     store.put(&path, bytes).await?;
     Ok(DeletionFileRef {
         path,
         num_deleted_rows: dv.len(),
+        checksum: Some(checksum),
     })
 }
 
-/// Reads the deletion file at `path` of a fragment with `physical_rows` rows.
-/// Missing → NotFound; undecodable bytes or an offset `>= physical_rows` → Corrupt.
+/// Reads the deletion file `file` of a fragment with `physical_rows` rows.
+///
+/// # Errors
+/// NotFound when missing; Corrupt naming the file when its bytes fail their
+/// checksum, do not decode, hold an offset `>= physical_rows` or hold another
+/// number of offsets than `file` records.
 pub async fn read_deletion_file(
     store: &DatasetStore,
-    path: &RelativePath,
+    file: &DeletionFileRef,
     physical_rows: u64,
 ) -> Result<DeletionVector> {
+    let path = &file.path;
     let bytes = store.get(path).await?;
-    DeletionVector::from_bytes(&bytes, physical_rows).map_err(|e| match e {
+    if let Some(checksum) = &file.checksum {
+        checksum.verify_whole(&format!("deletion file {path}"), &bytes)?;
+    }
+    let vector = DeletionVector::from_bytes(&bytes, physical_rows).map_err(|e| match e {
         Error::Corrupt { what, message } => Error::corrupt(format!("{what} in {path}"), message),
         other => other,
-    })
+    })?;
+    if vector.len() != file.num_deleted_rows {
+        return Err(Error::corrupt(
+            format!("deletion file {path}"),
+            format!(
+                "it holds {} offsets but the manifest records {}",
+                vector.len(),
+                file.num_deleted_rows
+            ),
+        ));
+    }
+    Ok(vector)
 }

@@ -21,12 +21,15 @@ use lance_io::traits::Writer;
 use lance_io::utils::CachedFileSize;
 use refract_core::{Error, Result};
 
+use super::checksumming_writer::{ChecksumHandle, ChecksummingWriter};
 use super::lance_files::{
-    check_footer_fits, ensure_absent, lance_error, LanceFileSummary, FILE_VERSION,
+    check_footer_fits, ensure_absent, lance_error, written_summary, LanceFileSummary, FILE_VERSION,
     READ_BUFFER_BYTES,
 };
 use super::paths::RelativePath;
+use super::recorded_files::RecordedFile;
 use super::store::DatasetStore;
+use refract_core::checksum::FileChecksum;
 
 /// One complete Lance file to concatenate, as the manifest records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +40,9 @@ pub struct ConcatInput {
     pub size_bytes: u64,
     /// Rows the file must hold; a file with another count is an error.
     pub num_rows: u64,
+    /// The checksum the manifest records, if any: every page copied is
+    /// verified against it first.
+    pub checksum: Option<FileChecksum>,
 }
 
 /// What [`concat_lance_files`] did.
@@ -108,8 +114,18 @@ async fn run_concat(
     output: RelativePath,
 ) -> Result<ConcatOutcome> {
     let lance_store = store.lance_store().clone();
-    let scheduler =
-        ScanScheduler::new(lance_store.clone(), SchedulerConfig::new(READ_BUFFER_BYTES));
+    let recorded: Vec<RecordedFile> = inputs
+        .iter()
+        .filter_map(|input| {
+            input.checksum.as_ref().map(|checksum| RecordedFile {
+                path: input.path.clone(),
+                size_bytes: input.size_bytes,
+                checksum: checksum.clone(),
+            })
+        })
+        .collect();
+    let verifying = store.verifying(&recorded).lance_store().clone();
+    let scheduler = ScanScheduler::new(verifying, SchedulerConfig::new(READ_BUFFER_BYTES));
     let mut encoded = Vec::with_capacity(inputs.len());
     for input in &inputs {
         let file = scheduler
@@ -121,19 +137,29 @@ async fn run_concat(
             .map_err(|e| lance_error("opening", &input.path, e, false))?;
         encoded.push(EncodedFileInput::new(file).with_expected_num_rows(input.num_rows));
     }
+    for input in &inputs {
+        if let Some(checksum) = &input.checksum {
+            checksum.check_size(&format!("Lance file {}", input.path), input.size_bytes)?;
+        }
+    }
     let object_path = output.to_object_path();
+    let checksum = ChecksumHandle::default();
+    let output_checksum = checksum.clone();
     let factory = move || async move {
         let writer: Box<dyn Writer> = lance_store.create(&object_path).await?;
+        let writer: Box<dyn Writer> = Box::new(ChecksummingWriter::new(writer, output_checksum));
         Ok::<_, lance_core::Error>(writer)
     };
     let result = concat_files(&target, &encoded, factory, FileConcatOptions::default())
         .await
         .map_err(|e| lance_error("concatenating into", &output, e, true))?;
     Ok(match result {
-        FileConcatResult::Written(written) => ConcatOutcome::Written(LanceFileSummary {
-            num_rows: written.num_rows,
-            size_bytes: written.size_bytes,
-        }),
+        FileConcatResult::Written(written) => ConcatOutcome::Written(written_summary(
+            &output,
+            written.num_rows,
+            written.size_bytes,
+            &checksum,
+        )?),
         FileConcatResult::Reused(index, _) => {
             ConcatOutcome::Unsupported(format!("input {index} already is the whole output"))
         }

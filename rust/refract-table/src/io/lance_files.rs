@@ -46,8 +46,12 @@ use object_store::{ObjectStoreExt, PutPayload};
 use refract_core::{Error, Result};
 use url::Url;
 
+use super::checksumming_writer::{ChecksumHandle, ChecksummingWriter};
 use super::paths::RelativePath;
+use super::recorded_files::RecordedFile;
 use super::store::DatasetStore;
+use super::verifying_store::verification_failure;
+use refract_core::checksum::FileChecksum;
 
 /// The Lance file format version Refract writes.
 pub(crate) const FILE_VERSION: ConcreteFileVersion = ConcreteFileVersion::V2_2;
@@ -83,12 +87,14 @@ const PREFETCH_IO_PARALLELISM: usize = 8;
 const PREFETCH_STORE_URL: &str = "memory:///";
 
 /// What a finished Lance file holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LanceFileSummary {
     /// Rows written.
     pub num_rows: u64,
     /// File size in bytes.
     pub size_bytes: u64,
+    /// Block checksums of the file's bytes, taken as they were written.
+    pub checksum: FileChecksum,
 }
 
 /// True if an object-store error is somewhere in the source chain of `err`.
@@ -117,6 +123,9 @@ pub fn lance_error(
 ) -> Error {
     if err.is_not_found() {
         return Error::not_found(format!("Lance file {path} does not exist"));
+    }
+    if let Some(damage) = verification_failure(&err) {
+        return damage;
     }
     if caused_by_object_store(&err) {
         return Error::external(format!("{action} Lance file {path}"), err);
@@ -167,6 +176,9 @@ pub struct LanceFileWriter {
     inner: FileWriter,
     schema: SchemaRef,
     path: RelativePath,
+    checksum: ChecksumHandle,
+    /// The store view the file is written through (records it when finished).
+    store: DatasetStore,
     /// Global buffers are written at `finish` because adding one is an async write
     /// in lance-file; their indices are fixed when they are queued.
     pending_global_buffers: Vec<Bytes>,
@@ -264,12 +276,17 @@ impl LanceFileWriter {
                 part_bytes,
             )),
         };
-        let inner = versions::create_writer(FILE_VERSION, object_writer, lance_schema, options)
-            .map_err(|e| lance_error("creating", path, e, false))?;
+        let checksum = ChecksumHandle::default();
+        let object_writer = ChecksummingWriter::new(object_writer, checksum.clone());
+        let inner =
+            versions::create_writer(FILE_VERSION, Box::new(object_writer), lance_schema, options)
+                .map_err(|e| lance_error("creating", path, e, false))?;
         Ok(LanceFileWriter {
             inner,
             schema,
             path: path.clone(),
+            checksum,
+            store: store.clone(),
             pending_global_buffers: Vec::new(),
         })
     }
@@ -330,16 +347,46 @@ impl LanceFileWriter {
             .finish()
             .await
             .map_err(|e| lance_error("finishing", &self.path, e, false))?;
-        Ok(LanceFileSummary {
-            num_rows: summary.num_rows,
-            size_bytes: summary.size_bytes,
-        })
+        let summary = written_summary(
+            &self.path,
+            summary.num_rows,
+            summary.size_bytes,
+            &self.checksum,
+        )?;
+        self.store
+            .record_written(&self.path, summary.size_bytes, summary.checksum.clone());
+        Ok(summary)
     }
 
     /// Abandons the file; nothing becomes visible.
     pub async fn abort(mut self) {
         self.inner.abort().await;
     }
+}
+
+/// The summary of a finished file whose bytes went through `checksum`.
+pub(crate) fn written_summary(
+    path: &RelativePath,
+    num_rows: u64,
+    size_bytes: u64,
+    checksum: &ChecksumHandle,
+) -> Result<LanceFileSummary> {
+    let (checksum, checksummed) = checksum.finish();
+    // Every byte of the file passes through the checksumming writer; a
+    // difference means the file was not written the way it was checksummed.
+    if checksummed != size_bytes {
+        return Err(Error::external(
+            format!("writing Lance file {path}"),
+            std::io::Error::other(format!(
+                "{checksummed} bytes were checksummed but the file is {size_bytes} bytes"
+            )),
+        ));
+    }
+    Ok(LanceFileSummary {
+        num_rows,
+        size_bytes,
+        checksum,
+    })
 }
 
 /// After a failed open with a caller-supplied size: a file whose real size differs
@@ -497,17 +544,22 @@ impl std::fmt::Debug for LanceFileReader {
 
 impl LanceFileReader {
     /// Opens the file at `path`; missing → NotFound, undecodable → Corrupt.
-    /// `known_size` (from the manifest) saves a HEAD request. The file's
+    /// `known_size` (from the manifest) saves a HEAD request; with the
+    /// `checksum` the metadata referencing the file recorded, every read
+    /// verifies the blocks it touches (a mismatch is Corrupt naming the
+    /// block). The file's
     /// metadata is cached in the store's Lance cache for later opens.
     pub async fn open(
         store: &DatasetStore,
         path: &RelativePath,
         known_size: Option<u64>,
+        checksum: Option<&FileChecksum>,
     ) -> Result<Self> {
         Self::open_with(
             store,
             path,
             known_size,
+            checksum,
             MetadataCaching::Store,
             READ_BUFFER_BYTES,
         )
@@ -522,11 +574,13 @@ impl LanceFileReader {
         store: &DatasetStore,
         path: &RelativePath,
         known_size: Option<u64>,
+        checksum: Option<&FileChecksum>,
     ) -> Result<Self> {
         Self::open_with(
             store,
             path,
             known_size,
+            checksum,
             MetadataCaching::None,
             READ_BUFFER_BYTES,
         )
@@ -544,6 +598,7 @@ impl LanceFileReader {
         store: &DatasetStore,
         path: &RelativePath,
         known_size: Option<u64>,
+        checksum: Option<&FileChecksum>,
         read_buffer_bytes: u64,
     ) -> Result<Self> {
         if read_buffer_bytes == 0 {
@@ -555,6 +610,7 @@ impl LanceFileReader {
             store,
             path,
             known_size,
+            checksum,
             MetadataCaching::None,
             read_buffer_bytes,
         )
@@ -565,6 +621,7 @@ impl LanceFileReader {
         store: &DatasetStore,
         path: &RelativePath,
         known_size: Option<u64>,
+        checksum: Option<&FileChecksum>,
         caching: MetadataCaching,
         read_buffer_bytes: u64,
     ) -> Result<Self> {
@@ -577,14 +634,19 @@ impl LanceFileReader {
             MetadataCaching::Store => store.lance_cache().clone(),
             MetadataCaching::None => NO_METADATA_CACHE.clone(),
         };
-        let result = open_isolated(
-            store.lance_store().clone(),
-            path,
-            size,
-            cache,
-            read_buffer_bytes,
-        )
-        .await;
+        let lance_store = match checksum {
+            Some(checksum) => {
+                checksum.check_size(&format!("Lance file {path}"), size)?;
+                let file = RecordedFile {
+                    path: path.clone(),
+                    size_bytes: size,
+                    checksum: checksum.clone(),
+                };
+                store.verifying(&[file]).lance_store().clone()
+            }
+            None => store.lance_store().clone(),
+        };
+        let result = open_isolated(lance_store, path, size, cache, read_buffer_bytes).await;
         match (result, known_size) {
             (Err(Error::External { context, source }), Some(expected)) => {
                 Err(explain_size_mismatch(store, path, expected, context, source).await)
@@ -602,6 +664,7 @@ impl LanceFileReader {
         store: &DatasetStore,
         path: &RelativePath,
         size: u64,
+        checksum: Option<&FileChecksum>,
     ) -> Result<Self> {
         if size > PREFETCH_LIMIT_BYTES {
             return Err(Error::invalid_input(format!(
@@ -618,6 +681,9 @@ impl LanceFileReader {
                     bytes.len()
                 ),
             ));
+        }
+        if let Some(checksum) = checksum {
+            checksum.verify_whole(&format!("Lance file {path}"), &bytes)?;
         }
         let memory = InMemory::new();
         memory
@@ -935,13 +1001,13 @@ mod prefetch_tests {
         let size = write(&store, &at, 1_050, keep).await;
         let expected = batch(0, 1_050);
         for reader in [
-            LanceFileReader::open_prefetched(&store, &at, size)
+            LanceFileReader::open_prefetched(&store, &at, size, None)
                 .await
                 .unwrap(),
-            LanceFileReader::open_uncached(&store, &at, Some(size))
+            LanceFileReader::open_uncached(&store, &at, Some(size), None)
                 .await
                 .unwrap(),
-            LanceFileReader::open(&store, &at, Some(size))
+            LanceFileReader::open(&store, &at, Some(size), None)
                 .await
                 .unwrap(),
         ] {
@@ -965,7 +1031,7 @@ mod prefetch_tests {
         let at = path("data/a.lance");
         let size = write(&store, &at, 500, false).await;
         store.reset_stats();
-        let reader = LanceFileReader::open_prefetched(&store, &at, size)
+        let reader = LanceFileReader::open_prefetched(&store, &at, size, None)
             .await
             .unwrap();
         reader.read_all(None).await.unwrap();
@@ -981,13 +1047,15 @@ mod prefetch_tests {
         let store = memory_store().await;
         let at = path("data/a.lance");
         let size = write(&store, &at, 200, false).await;
-        let wrong = LanceFileReader::open_prefetched(&store, &at, size + 1).await;
+        let wrong = LanceFileReader::open_prefetched(&store, &at, size + 1, None).await;
         assert!(matches!(wrong, Err(Error::Corrupt { .. })), "{wrong:?}");
-        let short = LanceFileReader::open_prefetched(&store, &at, 10).await;
+        let short = LanceFileReader::open_prefetched(&store, &at, 10, None).await;
         assert!(matches!(short, Err(Error::Corrupt { .. })), "{short:?}");
-        let huge = LanceFileReader::open_prefetched(&store, &at, PREFETCH_LIMIT_BYTES + 1).await;
+        let huge =
+            LanceFileReader::open_prefetched(&store, &at, PREFETCH_LIMIT_BYTES + 1, None).await;
         assert!(matches!(huge, Err(Error::InvalidInput { .. })), "{huge:?}");
-        let missing = LanceFileReader::open_prefetched(&store, &path("data/b.lance"), size).await;
+        let missing =
+            LanceFileReader::open_prefetched(&store, &path("data/b.lance"), size, None).await;
         assert!(
             matches!(missing, Err(Error::NotFound { .. })),
             "{missing:?}"
@@ -998,7 +1066,7 @@ mod prefetch_tests {
             .put(&junk, Bytes::from(vec![7u8; 4_096]))
             .await
             .unwrap();
-        let garbage = LanceFileReader::open_prefetched(&store, &junk, 4_096).await;
+        let garbage = LanceFileReader::open_prefetched(&store, &junk, 4_096, None).await;
         assert!(matches!(garbage, Err(Error::Corrupt { .. })), "{garbage:?}");
     }
 }

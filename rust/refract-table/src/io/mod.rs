@@ -1,5 +1,6 @@
 //! Storage: object-store resolution, request counting, path validation, Lance files and deletion files.
 
+mod checksumming_writer;
 pub mod cloud;
 pub mod counting;
 pub mod deletion_file;
@@ -9,8 +10,10 @@ pub mod lance_concat;
 pub mod lance_files;
 pub mod paths;
 pub mod read_ahead;
+pub mod recorded_files;
 pub mod store;
 pub mod upload;
+mod verifying_store;
 
 pub use cloud::{Cloud, StorageOptions};
 pub use counting::{CountingStore, PrefixStats, RequestStats};
@@ -24,6 +27,7 @@ pub use lance_files::{
 };
 pub use paths::{data_file_path, deletion_file_path, index_dir, manifest_path, RelativePath};
 pub use read_ahead::{read_ahead, WindowSize};
+pub use recorded_files::{FileJournal, RecordedFile};
 pub use store::{DatasetStore, ObjectInfo};
 
 #[cfg(test)]

@@ -25,6 +25,11 @@ use super::cloud::{open_cloud, redacted_uri, scheme_of, Cloud, CloudTraits, Stor
 use super::counting::{CountingStore, RequestStats};
 use super::direct_local::DirectLocalStore;
 use super::paths::RelativePath;
+use super::recorded_files::{verify_stream, FileJournal, RecordedFile};
+use super::verifying_store::{verification_failure, VerifyingStore};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use refract_core::checksum::{ChecksumBuilder, FileChecksum};
 
 /// Block size given to lance-io: the local-disk default, so sparse takes read
 /// small ranges instead of coalescing into 64 KiB blocks.
@@ -66,6 +71,10 @@ pub struct DatasetStore {
     lance_store: Arc<lance_io::object_store::ObjectStore>,
     lance_cache: Arc<LanceCache>,
     traits: CloudTraits,
+    /// Where files written through this view are recorded ([`Self::recording`]).
+    journal: Option<Arc<FileJournal>>,
+    /// Files whose reads this view verifies ([`Self::verifying`]).
+    verified: Arc<HashMap<RelativePath, RecordedFile>>,
 }
 
 /// How a store on local disk or in memory behaves.
@@ -81,6 +90,35 @@ impl std::fmt::Debug for DatasetStore {
             .field("uri", &self.uri)
             .finish()
     }
+}
+
+/// The Lance view of `store`, tuned for local or remote latency.
+fn lance_view(
+    store: Arc<dyn ObjectStore>,
+    traits: CloudTraits,
+) -> Arc<lance_io::object_store::ObjectStore> {
+    let cloud = traits.remote;
+    // Invariant: LANCE_STORE_URL is a constant, syntactically valid URL.
+    let url = Url::parse(LANCE_STORE_URL).expect("LANCE_STORE_URL is a valid URL");
+    Arc::new(lance_io::object_store::ObjectStore::new(
+        store,
+        url,
+        Some(if cloud {
+            CLOUD_BLOCK_SIZE
+        } else {
+            LANCE_BLOCK_SIZE
+        }),
+        None,
+        false,
+        false,
+        if cloud {
+            CLOUD_IO_PARALLELISM
+        } else {
+            LANCE_IO_PARALLELISM
+        },
+        LANCE_DOWNLOAD_RETRIES,
+        None,
+    ))
 }
 
 /// In-memory stores by name, so two opens of `memory://x` share data.
@@ -213,39 +251,97 @@ impl DatasetStore {
         Self::around(store, uri, LOCAL_TRAITS)
     }
 
+    /// Like [`Self::from_object_store`] for a store where every request is a
+    /// network round trip (a custom cloud client, or a throttled store that
+    /// simulates one): reads use larger blocks and keep more requests in
+    /// flight, and uploads use parts of at least 5 MiB.
+    pub fn from_remote_object_store(store: Arc<dyn ObjectStore>, uri: &str) -> DatasetStore {
+        let traits = CloudTraits {
+            remote: true,
+            conditional_put: true,
+            min_part_bytes: super::cloud::CLOUD_MIN_PART_BYTES,
+        };
+        Self::around(store, uri, traits)
+    }
+
     fn around(store: Arc<dyn ObjectStore>, uri: &str, traits: CloudTraits) -> DatasetStore {
-        let cloud = traits.remote;
         let counting = Arc::new(CountingStore::new(store));
         let object_store: Arc<dyn ObjectStore> = counting.clone();
-        // Invariant: LANCE_STORE_URL is a constant, syntactically valid URL.
-        let url = Url::parse(LANCE_STORE_URL).expect("LANCE_STORE_URL is a valid URL");
-        let lance_store = lance_io::object_store::ObjectStore::new(
-            object_store.clone(),
-            url,
-            Some(if cloud {
-                CLOUD_BLOCK_SIZE
-            } else {
-                LANCE_BLOCK_SIZE
-            }),
-            None,
-            false,
-            false,
-            if cloud {
-                CLOUD_IO_PARALLELISM
-            } else {
-                LANCE_IO_PARALLELISM
-            },
-            LANCE_DOWNLOAD_RETRIES,
-            None,
-        );
+        let lance_store = lance_view(object_store.clone(), traits);
         DatasetStore {
             uri: uri.to_string(),
             counting,
             object_store,
-            lance_store: Arc::new(lance_store),
+            lance_store,
             lance_cache: Arc::new(LanceCache::with_capacity(LANCE_METADATA_CACHE_BYTES)),
             traits,
+            journal: None,
+            verified: Arc::default(),
         }
+    }
+
+    /// A view of this store that records every file written through it
+    /// (Lance files, puts, copies) in `journal`, with its size and checksum.
+    pub fn recording(&self, journal: Arc<FileJournal>) -> DatasetStore {
+        DatasetStore {
+            journal: Some(journal),
+            ..self.clone()
+        }
+    }
+
+    /// A view of this store whose reads of `files` are verified against
+    /// their checksums: every read through [`Self::object_store`],
+    /// [`Self::lance_store`], [`Self::get`] or [`Self::get_range`] checks the
+    /// blocks it touches; [`Self::head`] of them needs no request; and
+    /// [`Self::copy`] from them verifies the whole source first.
+    pub fn verifying(&self, files: &[RecordedFile]) -> DatasetStore {
+        if files.is_empty() {
+            return self.clone();
+        }
+        let mut verifying = VerifyingStore::new(self.object_store.clone());
+        let mut known = (*self.verified).clone();
+        for file in files {
+            verifying.verify_file(
+                file.path.to_object_path(),
+                file.path.to_string(),
+                file.size_bytes,
+                file.checksum.clone(),
+            );
+            known.insert(file.path.clone(), file.clone());
+        }
+        let object_store: Arc<dyn ObjectStore> = Arc::new(verifying);
+        DatasetStore {
+            lance_store: lance_view(object_store.clone(), self.traits),
+            object_store,
+            verified: Arc::new(known),
+            ..self.clone()
+        }
+    }
+
+    /// Notes a file written through this view (see [`Self::recording`]).
+    pub(crate) fn record_written(
+        &self,
+        path: &RelativePath,
+        size_bytes: u64,
+        checksum: FileChecksum,
+    ) {
+        if let Some(journal) = &self.journal {
+            journal.record(RecordedFile {
+                path: path.clone(),
+                size_bytes,
+                checksum,
+            });
+        }
+    }
+
+    /// True when written files are recorded (see [`Self::recording`]).
+    pub(crate) fn is_recording(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// True when every request is a network round trip (cloud stores).
+    pub(crate) fn is_remote(&self) -> bool {
+        self.traits.remote
     }
 
     /// The smallest multipart part the store accepts (all but the last); 0
@@ -318,6 +414,9 @@ impl DatasetStore {
 
     /// The size of an object; NotFound when missing.
     pub async fn head(&self, path: &RelativePath) -> Result<u64> {
+        if let Some(known) = self.verified.get(path) {
+            return Ok(known.size_bytes);
+        }
         let meta = self
             .object_store
             .head(&path.to_object_path())
@@ -328,10 +427,15 @@ impl DatasetStore {
 
     /// Writes (overwrites) an object atomically.
     pub async fn put(&self, path: &RelativePath, bytes: Bytes) -> Result<()> {
+        let checksum = self.is_recording().then(|| FileChecksum::of(&bytes));
+        let size = bytes.len() as u64;
         self.object_store
             .put(&path.to_object_path(), PutPayload::from_bytes(bytes))
             .await
             .map_err(|e| store_error("writing", path, e))?;
+        if let Some(checksum) = checksum {
+            self.record_written(path, size, checksum);
+        }
         Ok(())
     }
 
@@ -353,6 +457,8 @@ impl DatasetStore {
             mode: PutMode::Create,
             ..PutOptions::default()
         };
+        let checksum = self.is_recording().then(|| FileChecksum::of(&bytes));
+        let size = bytes.len() as u64;
         match self
             .object_store
             .put_opts(
@@ -362,7 +468,12 @@ impl DatasetStore {
             )
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(_) => {
+                if let Some(checksum) = checksum {
+                    self.record_written(path, size, checksum);
+                }
+                Ok(true)
+            }
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(e) => Err(store_error("writing (if absent)", path, e)),
         }
@@ -391,14 +502,77 @@ impl DatasetStore {
         Ok(infos)
     }
 
-    /// Copies an object inside the store without moving its bytes through this
-    /// process: a hard link on the local file system, a server-side copy on
-    /// object stores. Overwrites `to`; NotFound when `from` is missing.
+    /// Copies an object inside the store: a hard link on the local file
+    /// system, a server-side copy on object stores. Overwrites `to`;
+    /// NotFound when `from` is missing. A source this view verifies
+    /// ([`Self::verifying`]) is read and checked first, so damage is never
+    /// carried into a new file; a recording view ([`Self::recording`]) reads
+    /// an unverified source once to record the copy's checksum.
+    ///
+    /// # Errors
+    /// Corrupt when a verified source does not match its checksum; NotFound
+    /// and External as for reads and writes.
     pub async fn copy(&self, from: &RelativePath, to: &RelativePath) -> Result<()> {
+        let source = match self.verified.get(from) {
+            Some(known) => {
+                verify_stream(known, self.stream_unverified(from).await?).await?;
+                Some(known.clone())
+            }
+            None if self.is_recording() => Some(self.checksum_of(from).await?),
+            None => None,
+        };
         self.object_store
             .copy(&from.to_object_path(), &to.to_object_path())
             .await
-            .map_err(|e| store_error("copying", from, e))
+            .map_err(|e| store_error("copying", from, e))?;
+        if let Some(source) = source {
+            self.record_written(to, source.size_bytes, source.checksum);
+        }
+        Ok(())
+    }
+
+    /// The bytes of `path` as they come from the store, in pieces, without
+    /// verification (the caller checks them).
+    async fn stream_unverified(
+        &self,
+        path: &RelativePath,
+    ) -> Result<BoxStream<'static, Result<Bytes>>> {
+        let result = self
+            .counting
+            .get(&path.to_object_path())
+            .await
+            .map_err(|e| store_error("reading", path, e))?;
+        let named = path.clone();
+        Ok(result
+            .into_stream()
+            .map_err(move |e| store_error("reading", &named, e))
+            .boxed())
+    }
+
+    /// Reads `path` once, in pieces, and returns its size and checksum.
+    ///
+    /// # Errors
+    /// NotFound when missing; External on store failures.
+    pub async fn checksum_of(&self, path: &RelativePath) -> Result<RecordedFile> {
+        let mut pieces = self.stream_unverified(path).await?;
+        let mut builder = ChecksumBuilder::new();
+        while let Some(piece) = pieces.next().await {
+            builder.update(&piece?);
+        }
+        Ok(RecordedFile {
+            path: path.clone(),
+            size_bytes: builder.len(),
+            checksum: builder.finish(),
+        })
+    }
+
+    /// Reads the whole of `file` in pieces and checks it against its
+    /// recorded size and checksum, holding one piece in memory at a time.
+    ///
+    /// # Errors
+    /// Corrupt naming the file and block on a mismatch; NotFound when missing.
+    pub async fn verify_file(&self, file: &RecordedFile) -> Result<()> {
+        verify_stream(file, self.stream_unverified(&file.path).await?).await
     }
 
     /// Deletes an object; a missing object is not an error.
@@ -410,8 +584,12 @@ impl DatasetStore {
     }
 }
 
-/// Maps an object-store error: NotFound stays NotFound, everything else is External.
+/// Maps an object-store error: a failed verification is its Corrupt error,
+/// NotFound stays NotFound, everything else is External.
 pub(crate) fn store_error(action: &str, path: &RelativePath, err: object_store::Error) -> Error {
+    if let Some(damage) = verification_failure(&err) {
+        return damage;
+    }
     match err {
         object_store::Error::NotFound { .. } => Error::not_found(format!("{path} does not exist")),
         other => Error::external(format!("{action} {path}"), other),

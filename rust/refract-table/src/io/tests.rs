@@ -134,7 +134,9 @@ async fn write_test_file(store: &DatasetStore, name: &str, rows: i64) -> Relativ
 async fn lance_round_trip_preserves_every_column(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "rt.lance", 250).await;
-    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    let reader = LanceFileReader::open(&store, &file, None, None)
+        .await
+        .unwrap();
     assert_eq!(reader.num_rows(), 250);
     assert_eq!(reader.schema().fields(), test_schema().fields());
     let all = concat(&reader.read_all(None).await.unwrap());
@@ -157,7 +159,7 @@ async fn streaming_writer_and_reader_round_trip_with_tiny_buffers(#[case] backen
     }
     assert_eq!(writer.finish().await.unwrap().num_rows, 3_000);
     // A read budget far below one page still reads every row, in order.
-    let reader = LanceFileReader::open_streaming(&store, &file, None, 1_024)
+    let reader = LanceFileReader::open_streaming(&store, &file, None, None, 1_024)
         .await
         .unwrap();
     let all = concat(&reader.read_all(None).await.unwrap());
@@ -179,7 +181,7 @@ async fn streaming_writer_and_reader_round_trip_with_tiny_buffers(#[case] backen
     )
     .await;
     assert!(matches!(zero_page, Err(Error::InvalidInput { .. })));
-    let zero_budget = LanceFileReader::open_streaming(&store, &file, None, 0).await;
+    let zero_budget = LanceFileReader::open_streaming(&store, &file, None, None, 0).await;
     assert!(matches!(zero_budget, Err(Error::InvalidInput { .. })));
     let nothing = store.head(&data_file_path("zero.lance").unwrap()).await;
     assert!(
@@ -195,7 +197,9 @@ async fn streaming_writer_and_reader_round_trip_with_tiny_buffers(#[case] backen
 async fn range_reads_return_exact_rows(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "range.lance", 300).await;
-    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    let reader = LanceFileReader::open(&store, &file, None, None)
+        .await
+        .unwrap();
 
     let batches: Vec<RecordBatch> = reader
         .read_range(95..213, None, 50)
@@ -334,7 +338,9 @@ async fn streaming_uploads_put_small_files_once_and_big_ones_in_parts(#[case] ba
 async fn read_ahead_streams_every_window_in_order(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "ahead.lance", 300).await;
-    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    let reader = LanceFileReader::open(&store, &file, None, None)
+        .await
+        .unwrap();
     for (window, ahead) in [(7, 1), (50, 3), (300, 1), (1_000, 2)] {
         let batches: Vec<RecordBatch> = read_ahead(&reader, WindowSize::rows(window), ahead)
             .unwrap()
@@ -362,7 +368,9 @@ async fn read_ahead_reads_at_most_ahead_windows_beyond_the_consumer() {
     use std::time::{Duration, Instant};
     let (store, _dir) = fresh(Backend::Memory).await;
     let file = write_test_file(&store, "bound.lance", 300).await;
-    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    let reader = LanceFileReader::open(&store, &file, None, None)
+        .await
+        .unwrap();
     for ahead in [1usize, 3] {
         let reads = Arc::new(AtomicUsize::new(0));
         let counter = reads.clone();
@@ -410,7 +418,9 @@ async fn window_rows(reader: &LanceFileReader, size: WindowSize, rows: i64) -> V
 async fn read_ahead_sizes_windows_by_bytes(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "bytes.lance", 300).await;
-    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    let reader = LanceFileReader::open(&store, &file, None, None)
+        .await
+        .unwrap();
     // Rows larger than the target: one row per window.
     let tiny = window_rows(&reader, WindowSize::bytes(1, 64), 300).await;
     assert_eq!(tiny, vec![1; 300]);
@@ -446,7 +456,9 @@ async fn read_ahead_sizes_windows_by_bytes(#[case] backend: Backend) {
 async fn take_keeps_caller_order_and_duplicates(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "take.lance", 300).await;
-    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    let reader = LanceFileReader::open(&store, &file, None, None)
+        .await
+        .unwrap();
 
     let offsets = [250u32, 3, 250, 0, 299, 3, 120];
     let taken = reader.take(&offsets, None).await.unwrap();
@@ -482,7 +494,7 @@ proptest::proptest! {
         runtime.block_on(async {
             let (store, _dir) = fresh(Backend::Memory).await;
             let file = write_test_file(&store, "prop.lance", 120).await;
-            let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+            let reader = LanceFileReader::open(&store, &file, None, None).await.unwrap();
             let taken = reader.take(&offsets, Some(&["id"])).await.unwrap();
             let expected: Vec<i64> = offsets.iter().map(|&o| i64::from(o)).collect();
             assert_eq!(ids_of(&taken), expected);
@@ -511,7 +523,9 @@ async fn global_buffers_and_schema_metadata_round_trip(#[case] backend: Backend)
     writer.finish().await.unwrap();
     assert_eq!((first, second), (1, 2));
 
-    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    let reader = LanceFileReader::open(&store, &file, None, None)
+        .await
+        .unwrap();
     assert_eq!(
         reader.read_global_buffer(first).await.unwrap().as_ref(),
         b"first"
@@ -600,7 +614,7 @@ async fn missing_and_truncated_lance_files_are_errors(#[case] backend: Backend) 
     let (store, _dir) = fresh(backend).await;
     let missing = data_file_path("missing.lance").unwrap();
     assert!(matches!(
-        LanceFileReader::open(&store, &missing, None).await,
+        LanceFileReader::open(&store, &missing, None, None).await,
         Err(Error::NotFound { .. })
     ));
 
@@ -614,12 +628,12 @@ async fn missing_and_truncated_lance_files_are_errors(#[case] backend: Backend) 
     ] {
         let truncated = data_file_path(name).unwrap();
         store.put(&truncated, bytes.slice(..len)).await.unwrap();
-        match LanceFileReader::open(&store, &truncated, None).await {
+        match LanceFileReader::open(&store, &truncated, None, None).await {
             Err(Error::Corrupt { .. }) => {}
             other => panic!("{name}: expected Corrupt, got {other:?}"),
         }
         // With the size the manifest recorded for the intact file.
-        match LanceFileReader::open(&store, &truncated, Some(bytes.len() as u64)).await {
+        match LanceFileReader::open(&store, &truncated, Some(bytes.len() as u64), None).await {
             Err(Error::Corrupt { .. }) => {}
             other => panic!("{name} with known size: expected Corrupt, got {other:?}"),
         }
@@ -641,7 +655,7 @@ async fn request_counting_sees_lance_io(#[case] backend: Backend) {
 
     store.reset_stats();
     let size = store.head(&file).await.unwrap();
-    let reader = LanceFileReader::open(&store, &file, Some(size))
+    let reader = LanceFileReader::open(&store, &file, Some(size), None)
         .await
         .unwrap();
     reader.read_all(None).await.unwrap();
@@ -734,34 +748,61 @@ async fn deletion_files_round_trip_and_detect_corruption(#[case] backend: Backen
     assert_eq!(written.path.top_level_dir(), "_deletions");
     assert!(written.path.file_name().starts_with("7-"));
     assert!(written.path.file_name().ends_with(".bin"));
-    let back = read_deletion_file(&store, &written.path, 100_000)
-        .await
-        .unwrap();
+    let back = read_deletion_file(&store, &written, 100_000).await.unwrap();
     assert_eq!(back, dv);
 
     // A second write never reuses the name.
     let again = write_deletion_file(&store, 7, &dv).await.unwrap();
     assert_ne!(again.path, written.path);
 
-    // Offsets beyond the fragment, garbage bytes and truncation are Corrupt.
+    // Offsets beyond the fragment, garbage bytes, truncation, a flipped bit
+    // and another count than recorded are Corrupt, with or without a checksum.
     assert!(matches!(
-        read_deletion_file(&store, &written.path, 1_000).await,
+        read_deletion_file(&store, &written, 1_000).await,
+        Err(Error::Corrupt { .. })
+    ));
+    let recount = DeletionFileRef {
+        num_deleted_rows: 5,
+        ..written.clone()
+    };
+    assert!(matches!(
+        read_deletion_file(&store, &recount, 100_000).await,
         Err(Error::Corrupt { .. })
     ));
     let bytes = store.get(&written.path).await.unwrap();
-    let bad = path("_deletions/bad.bin");
+    let mut flipped = bytes.to_vec();
+    *flipped.last_mut().unwrap() ^= 1;
     for body in [
         Bytes::from_static(b"not a bitmap"),
         bytes.slice(..bytes.len() - 1),
+        Bytes::from(flipped),
     ] {
-        store.put(&bad, body).await.unwrap();
-        assert!(matches!(
-            read_deletion_file(&store, &bad, 100_000).await,
-            Err(Error::Corrupt { .. })
-        ));
+        store.put(&written.path, body.clone()).await.unwrap();
+        let err = read_deletion_file(&store, &written, 100_000)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupt { what, .. } if what.contains(written.path.as_str())),
+            "{err}"
+        );
     }
+    // Without a checksum (written before checksums existed) the same bytes
+    // still decode.
+    store.put(&written.path, bytes).await.unwrap();
+    let legacy = DeletionFileRef {
+        checksum: None,
+        ..written.clone()
+    };
+    assert_eq!(
+        read_deletion_file(&store, &legacy, 100_000).await.unwrap(),
+        dv
+    );
+    let missing = DeletionFileRef {
+        path: path("_deletions/none.bin"),
+        ..legacy
+    };
     assert!(matches!(
-        read_deletion_file(&store, &path("_deletions/none.bin"), 10).await,
+        read_deletion_file(&store, &missing, 10).await,
         Err(Error::NotFound { .. })
     ));
 }
@@ -903,7 +944,9 @@ async fn fault_injection_through_a_dataset_store() {
         .unwrap();
     writer.write(&test_batch(0, 20)).await.unwrap();
     assert!(writer.finish().await.is_err());
-    let reader = LanceFileReader::open(&store, &file, None).await.unwrap();
+    let reader = LanceFileReader::open(&store, &file, None, None)
+        .await
+        .unwrap();
     assert_eq!(
         concat(&reader.read_all(None).await.unwrap()),
         test_batch(0, 20)
@@ -925,7 +968,7 @@ async fn fault_injection_through_a_dataset_store() {
             fault.fail_nth(kind, before + attempt, FaultMode::Clean);
         }
     }
-    let err = LanceFileReader::open(&store, &other, None)
+    let err = LanceFileReader::open(&store, &other, None, None)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::External { .. }), "{err:?}");

@@ -250,6 +250,7 @@ fn index_over(fragments: &[u32]) -> refract_table::IndexMetadata {
         details: vec![1, 2, 3],
         index_version: 1,
         dataset_version: 2,
+        files: Vec::new(),
     }
 }
 

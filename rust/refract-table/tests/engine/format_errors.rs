@@ -5,6 +5,7 @@ use bytes::Bytes;
 use prost::Message;
 use refract_core::Error;
 use refract_ledger::flags::{ClientFeatures, FLAG_FRAGMENT_REUSE_INDEX, FLAG_UNKNOWN};
+use refract_table::format::manifest::manifest_body;
 use refract_table::format::proto;
 use refract_table::io::manifest_path;
 use refract_table::{Dataset, Manifest, OpenOptions, VersionEntry};
@@ -26,7 +27,7 @@ async fn publish_raw(dataset: &Dataset, bytes: Bytes) -> u64 {
 /// The latest manifest as a protobuf message, with `version` bumped.
 fn next_message(dataset: &Dataset) -> proto::Manifest {
     let bytes = dataset.manifest().encode().unwrap();
-    let mut message = proto::Manifest::decode(bytes.as_ref()).unwrap();
+    let mut message = proto::Manifest::decode(manifest_body(&bytes).unwrap()).unwrap();
     message.version += 1;
     message
 }
@@ -243,7 +244,7 @@ async fn path_escapes_in_manifest_are_refused(#[case] path: &str) {
 #[case::rows_mismatch(|m: &mut proto::Manifest| m.fragments[0].files[0].num_rows += 1)]
 #[case::id_above_max(|m: &mut proto::Manifest| m.max_fragment_id = 0)]
 #[case::tombstone_id(|m: &mut proto::Manifest| { m.fragments[0].id = u32::MAX as u64; m.max_fragment_id = u32::MAX as u64; })]
-#[case::too_many_deleted(|m: &mut proto::Manifest| m.fragments[0].deletion_file = Some(proto::DeletionFile { path: "_deletions/1-x.bin".into(), num_deleted_rows: 11 }))]
+#[case::too_many_deleted(|m: &mut proto::Manifest| m.fragments[0].deletion_file = Some(proto::DeletionFile { path: "_deletions/1-x.bin".into(), num_deleted_rows: 11, checksum: None }))]
 #[case::bad_schema(|m: &mut proto::Manifest| m.schema = vec![1, 2, 3])]
 #[case::one_sided_fri(|m: &mut proto::Manifest| m.reader_flags |= FLAG_FRAGMENT_REUSE_INDEX)]
 #[tokio::test]

@@ -69,7 +69,7 @@ pub(crate) async fn open(
     if details.num_keys == 0 {
         return Ok(BitmapSegment { inner: None });
     }
-    let file = LanceFileReader::open(&ctx.store, &dir.join(BITMAP_FILE)?, None).await?;
+    let file = LanceFileReader::open(&ctx.store, &dir.join(BITMAP_FILE)?, None, None).await?;
     let value_type = check_schema(&file)?;
     if file.num_rows() != details.num_keys || file.num_rows() > u64::from(u32::MAX) {
         return Err(Error::corrupt(

@@ -31,7 +31,7 @@ pub(crate) async fn remap(
     if details.num_keys == 0 {
         return Ok(details.clone());
     }
-    let file = LanceFileReader::open(&ctx.store, &old_dir.join(BITMAP_FILE)?, None).await?;
+    let file = LanceFileReader::open(&ctx.store, &old_dir.join(BITMAP_FILE)?, None, None).await?;
     let value_type = check_schema(&file)?;
     if file.num_rows() != details.num_keys {
         return Err(Error::corrupt(

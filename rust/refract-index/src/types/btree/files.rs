@@ -67,11 +67,12 @@ impl SegmentFiles {
         let open = |name: &'static str| async move {
             let path = dir.join(name)?;
             match caching {
-                Caching::Cached => LanceFileReader::open(&ctx.store, &path, None).await,
+                Caching::Cached => LanceFileReader::open(&ctx.store, &path, None, None).await,
                 Caching::Streaming => {
                     LanceFileReader::open_streaming(
                         &ctx.store,
                         &path,
+                        None,
                         None,
                         STREAMING_READ_BUFFER_BYTES,
                     )

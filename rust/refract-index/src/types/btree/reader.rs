@@ -72,7 +72,7 @@ pub(crate) async fn open(
     let lookup_path = dir.join(PAGE_LOOKUP_FILE)?;
     let (files, lookup_file) = futures::try_join!(
         SegmentFiles::open(ctx, dir, details, Caching::Cached),
-        LanceFileReader::open(&ctx.store, &lookup_path, None)
+        LanceFileReader::open(&ctx.store, &lookup_path, None, None)
     )?;
     let pages = lookup::load(&lookup_file, files.value_type(), files.entries()).await?;
     Ok(BTreeSegment {

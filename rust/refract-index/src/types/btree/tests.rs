@@ -536,7 +536,9 @@ async fn legacy_copy(ctx: &IndexContext, from: &Segment, name: &str) -> Segment 
         let path = from.dir.join(file).unwrap();
         let store = ctx.store.clone();
         async move {
-            let reader = LanceFileReader::open(&store, &path, None).await.unwrap();
+            let reader = LanceFileReader::open(&store, &path, None, None)
+                .await
+                .unwrap();
             let batches = reader.read_all(None).await.unwrap();
             let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(0).as_ref()).collect();
             arrow::compute::concat(&arrays).unwrap()

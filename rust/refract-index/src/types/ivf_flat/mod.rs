@@ -120,8 +120,8 @@ pub(crate) async fn open_file(
     dir: &RelativePath,
     details: &IvfFlatDetails,
 ) -> Result<OpenedFile> {
-    let vectors = LanceFileReader::open(&ctx.store, &vectors_path(dir)?, None).await?;
-    let addresses = LanceFileReader::open(&ctx.store, &addresses_path(dir)?, None).await?;
+    let vectors = LanceFileReader::open(&ctx.store, &vectors_path(dir)?, None, None).await?;
+    let addresses = LanceFileReader::open(&ctx.store, &addresses_path(dir)?, None, None).await?;
     let corrupt = |message: String| Error::corrupt("ivf_flat index file", message);
     let schema = vectors.schema();
     let buffer_index: u32 = schema

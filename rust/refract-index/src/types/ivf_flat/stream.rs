@@ -337,6 +337,7 @@ impl Spilled<'_> {
             &self.ctx.store,
             self.path,
             None,
+            None,
             STREAMING_READ_BUFFER_BYTES,
         )
         .await?;

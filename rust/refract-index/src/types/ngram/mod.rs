@@ -95,7 +95,7 @@ async fn open_postings(
     dir: &RelativePath,
     details: &NgramDetails,
 ) -> Result<LanceFileReader> {
-    let reader = LanceFileReader::open(&ctx.store, &postings_path(dir)?, None).await?;
+    let reader = LanceFileReader::open(&ctx.store, &postings_path(dir)?, None, None).await?;
     check_postings(reader, details)
 }
 
@@ -213,6 +213,7 @@ impl IndexType for NgramIndex {
         let reader = LanceFileReader::open_streaming(
             &ctx.store,
             &postings_path(old_dir)?,
+            None,
             None,
             REMAP_READ_BUFFER_BYTES,
         )

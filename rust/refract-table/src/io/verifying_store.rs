@@ -1,0 +1,324 @@
+//! An object-store wrapper that verifies every read of known files against
+//! their block checksums.
+//!
+//! Lance readers fetch byte ranges of a file. For each file it knows (path,
+//! size, [`FileChecksum`]), [`VerifyingStore`] widens a read to the whole
+//! checksum blocks it touches, verifies them, and returns exactly the bytes
+//! asked for. A mismatch fails the read with a Corrupt
+//! [`refract_core::Error`] naming the file and block, which the Lance error
+//! mapping recovers from the error chain ([`verification_failure`]). Every
+//! other request passes through unchanged.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartUpload,
+    ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload,
+    PutResult,
+};
+use refract_core::checksum::FileChecksum;
+use refract_core::Error;
+
+/// Name under which verification failures travel through object_store errors.
+const STORE_NAME: &str = "refract-verify";
+
+/// What a verified file must hold.
+#[derive(Debug, Clone)]
+struct Expected {
+    /// Dataset-relative path, for errors.
+    name: String,
+    size: u64,
+    checksum: FileChecksum,
+}
+
+/// Verifies reads of the files it was given; see the module docs.
+#[derive(Debug)]
+pub(crate) struct VerifyingStore {
+    inner: Arc<dyn ObjectStore>,
+    files: HashMap<Path, Expected>,
+}
+
+impl fmt::Display for VerifyingStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VerifyingStore({})", self.inner)
+    }
+}
+
+impl VerifyingStore {
+    /// A store verifying nothing yet.
+    pub(crate) fn new(inner: Arc<dyn ObjectStore>) -> Self {
+        Self {
+            inner,
+            files: HashMap::new(),
+        }
+    }
+
+    /// Verifies reads of `path` (named `name` in errors), a file of `size`
+    /// bytes with `checksum`.
+    pub(crate) fn verify_file(
+        &mut self,
+        path: Path,
+        name: String,
+        size: u64,
+        checksum: FileChecksum,
+    ) {
+        self.files.insert(
+            path,
+            Expected {
+                name,
+                size,
+                checksum,
+            },
+        );
+    }
+
+    async fn verified_get(
+        &self,
+        location: &Path,
+        expected: &Expected,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let wanted = resolve(options.range.as_ref(), expected.size).map_err(fail)?;
+        let covering = expected.checksum.covering(wanted.clone(), expected.size);
+        let widened = GetOptions {
+            range: (!covering.is_empty()).then(|| GetRange::Bounded(covering.clone())),
+            ..options
+        };
+        let result = match self.inner.get_opts(location, widened).await {
+            Ok(result) => result,
+            Err(err @ object_store::Error::NotFound { .. }) => return Err(err),
+            Err(err) => {
+                // A file shorter than recorded refuses the range: say so.
+                return Err(match self.inner.head(location).await {
+                    Ok(meta) if meta.size != expected.size => {
+                        fail(size_mismatch(expected, meta.size))
+                    }
+                    _ => err,
+                });
+            }
+        };
+        let meta = result.meta.clone();
+        let attributes = result.attributes.clone();
+        let extensions = result.extensions.clone();
+        let bytes = if covering.is_empty() {
+            Bytes::new()
+        } else {
+            result.bytes().await?
+        };
+        if meta.size != expected.size {
+            return Err(fail(size_mismatch(expected, meta.size)));
+        }
+        expected
+            .checksum
+            .verify(&expected.name, expected.size, covering.start, &bytes)
+            .map_err(fail)?;
+        let from = usize::try_from(wanted.start - covering.start).map_err(fail_external)?;
+        let to = usize::try_from(wanted.end - covering.start).map_err(fail_external)?;
+        let slice = bytes.slice(from..to.min(bytes.len()));
+        Ok(GetResult {
+            payload: GetResultPayload::Stream(futures::stream::once(async { Ok(slice) }).boxed()),
+            meta,
+            range: wanted,
+            attributes,
+            extensions,
+        })
+    }
+}
+
+fn size_mismatch(expected: &Expected, actual: u64) -> Error {
+    Error::corrupt(
+        &expected.name,
+        format!(
+            "file is {actual} bytes but {} bytes were expected",
+            expected.size
+        ),
+    )
+}
+
+/// The bytes a request asks for in a file of `size` bytes.
+fn resolve(range: Option<&GetRange>, size: u64) -> refract_core::Result<Range<u64>> {
+    let wanted = match range {
+        None => 0..size,
+        Some(GetRange::Bounded(range)) => range.start..range.end.min(size),
+        Some(GetRange::Offset(offset)) => *offset..size,
+        Some(GetRange::Suffix(len)) => size.saturating_sub(*len)..size,
+    };
+    if wanted.start > wanted.end {
+        return Err(Error::invalid_input(format!(
+            "byte range {wanted:?} lies outside a {size}-byte file"
+        )));
+    }
+    Ok(wanted)
+}
+
+fn fail(err: Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: STORE_NAME,
+        source: Box::new(err),
+    }
+}
+
+fn fail_external(err: impl std::error::Error + Send + Sync + 'static) -> object_store::Error {
+    object_store::Error::Generic {
+        store: STORE_NAME,
+        source: Box::new(err),
+    }
+}
+
+/// The verification failure somewhere in `err`'s source chain, if any:
+/// error mappings return it instead of a generic store failure.
+pub(crate) fn verification_failure(err: &(dyn std::error::Error + 'static)) -> Option<Error> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(Error::Corrupt { what, message }) = e.downcast_ref::<Error>() {
+            return Some(Error::corrupt(what.clone(), message.clone()));
+        }
+        current = e.source();
+    }
+    None
+}
+
+#[async_trait]
+impl ObjectStore for VerifyingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        match self.files.get(location) {
+            Some(expected) if !options.head => self.verified_get(location, expected, options).await,
+            _ => self.inner.get_opts(location, options).await,
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::memory::InMemory;
+
+    use super::*;
+
+    fn contents() -> Vec<u8> {
+        (0..200_000u32).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    async fn store_with(bytes: Vec<u8>, checksum: FileChecksum) -> VerifyingStore {
+        let memory = Arc::new(InMemory::new());
+        memory
+            .put(&Path::from("data/f.lance"), PutPayload::from(bytes))
+            .await
+            .unwrap();
+        let mut store = VerifyingStore::new(memory);
+        store.verify_file(
+            Path::from("data/f.lance"),
+            "data/f.lance".to_string(),
+            200_000,
+            checksum,
+        );
+        store
+    }
+
+    #[tokio::test]
+    async fn ranged_reads_return_exactly_the_range_and_verify_only_its_blocks() {
+        let bytes = contents();
+        let mut damaged = bytes.clone();
+        damaged[150_000] ^= 0x10;
+        let store = store_with(damaged, FileChecksum::of(&bytes)).await;
+        let path = Path::from("data/f.lance");
+        let got = store.get_range(&path, 70_000..70_100).await.unwrap();
+        assert_eq!(&got[..], &bytes[70_000..70_100]);
+        let err = store.get_range(&path, 140_000..140_001).await.unwrap_err();
+        let found = verification_failure(&err).expect("a verification failure");
+        assert_eq!(
+            found.to_string(),
+            "corrupt data/f.lance: checksum mismatch in block 2 (bytes 131072..196608)"
+        );
+        // A whole read is verified before any byte is returned.
+        assert!(store.get(&path).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn suffix_offset_and_whole_reads_are_verified() {
+        let bytes = contents();
+        let store = store_with(bytes.clone(), FileChecksum::of(&bytes)).await;
+        let path = Path::from("data/f.lance");
+        let suffix = store
+            .get_opts(
+                &path,
+                GetOptions {
+                    range: Some(GetRange::Suffix(100)),
+                    ..GetOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(suffix.range, 199_900..200_000);
+        assert_eq!(&suffix.bytes().await.unwrap()[..], &bytes[199_900..]);
+        let whole = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&whole[..], &bytes[..]);
+    }
+
+    #[tokio::test]
+    async fn a_file_of_another_size_is_corrupt() {
+        let bytes = contents();
+        let store = store_with(bytes[..150_000].to_vec(), FileChecksum::of(&bytes)).await;
+        // Inside the shorter file, and past its end (the store refuses the range).
+        for range in [0..10, 180_000..190_000] {
+            let err = store
+                .get_range(&Path::from("data/f.lance"), range)
+                .await
+                .unwrap_err();
+            let found = verification_failure(&err).expect("a verification failure");
+            assert!(found.to_string().contains("150000 bytes"), "{found}");
+        }
+    }
+}
