@@ -193,6 +193,7 @@ fn tagged_transition(bytes: &[u8]) -> Checked<Option<TransitionRecord>> {
         Some(proto::transition::Mapping::StablePartition(sp)) => Mapping::StablePartition {
             map_id: validate::parse_map_id(&sp.map_id)?,
             map_size_bytes: sp.map_size_bytes,
+            map_checksum: validate::parse_map_checksum(&sp)?,
         },
         // Exactly one mapping field was seen above.
         None => return Err(Violation::invalid("a transition needs exactly one mapping")),

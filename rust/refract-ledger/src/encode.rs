@@ -48,9 +48,14 @@ pub(crate) fn transition_proto(
         Mapping::StablePartition {
             map_id,
             map_size_bytes,
+            map_checksum,
         } => proto::transition::Mapping::StablePartition(proto::StablePartition {
             map_id: map_id.hyphenated().to_string(),
             map_size_bytes: *map_size_bytes,
+            map_checksum_block_bytes: map_checksum.as_ref().map_or(0, |c| c.block_bytes()),
+            map_checksum_crc32c: map_checksum
+                .as_ref()
+                .map_or_else(Vec::new, |c| c.blocks_le_bytes()),
         }),
     };
     proto::Transition {

@@ -5,6 +5,7 @@
 //! digests, row conservation, a mapping consistent with the digests and a
 //! fingerprint that matches the content.
 
+use refract_core::checksum::FileChecksum;
 use refract_core::Result;
 use roaring::RoaringTreemap;
 use uuid::Uuid;
@@ -48,6 +49,8 @@ pub enum Mapping {
         map_id: Uuid,
         /// Size of the row-map file in bytes.
         map_size_bytes: u64,
+        /// Block checksums of the row-map file (absent before checksums).
+        map_checksum: Option<FileChecksum>,
     },
 }
 

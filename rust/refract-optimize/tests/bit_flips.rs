@@ -11,6 +11,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -21,6 +22,7 @@ use common::{add_index, INDICES};
 use refract_core::Error;
 use refract_index::{IndexUse, Query};
 use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_reader::{ChunkCacheMode, FriResolver};
 use refract_table::testing::{sample_rows, sample_schema, snapshot};
 use refract_table::{Dataset, OpenOptions, WriteOptions};
 
@@ -294,4 +296,66 @@ async fn flipped_bits_in_index_files_never_change_an_indexed_query() {
             assert!(tally.corrupt > 0, "{}: {tally:?}", file.path);
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flipped_bits_in_a_row_map_never_change_a_query_through_the_fri() {
+    let mut dataset = dataset_with_rows("bit-flips-rowmap", 600, 100).await;
+    dataset = add_index(&dataset, "by_id", "id", "btree").await;
+    common::partition(&mut dataset, None, 3).await;
+    let store = dataset.store().clone();
+    let uri = dataset.uri().to_string();
+    let maps = store
+        .list(&refract_table::io::RelativePath::parse("_fri").unwrap())
+        .await
+        .unwrap();
+    let [row_map] = maps.as_slice() else {
+        panic!("one row map: {maps:?}");
+    };
+    let query = |dataset: Dataset| async move {
+        let result = Query::new(&dataset)
+            .filter("id >= 37 AND id < 301")?
+            .project(&["id"])
+            .with_resolver(Arc::new(FriResolver::with_mode(ChunkCacheMode::Lazy)))
+            .index_use(IndexUse::Always)
+            .execute()
+            .await?;
+        Ok::<_, Error>(ids(&result.batch))
+    };
+    let expected = query(dataset.clone()).await.unwrap();
+    let mut sorted = expected.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (37..301).collect::<Vec<i64>>());
+    let original = store.get(&row_map.path).await.unwrap();
+    let mut tally = Tally::default();
+    for (at, bit) in flip_positions(original.len(), flips_per_kind()) {
+        let mut damaged = original.to_vec();
+        damaged[at] ^= 1 << bit;
+        store
+            .put(&row_map.path, Bytes::from(damaged))
+            .await
+            .unwrap();
+        match query(Dataset::open(&uri).await.unwrap()).await {
+            Ok(answer) => {
+                assert_eq!(
+                    answer, expected,
+                    "flip of bit {bit} at byte {at} of the row map"
+                );
+                tally.identical += 1;
+            }
+            Err(Error::Corrupt { what, message }) => {
+                let name = row_map.path.as_str();
+                assert!(
+                    what.contains(name) || message.contains(name),
+                    "flip at byte {at}: Corrupt does not name the row map: {what}: {message}"
+                );
+                tally.corrupt += 1;
+            }
+            Err(other) => {
+                panic!("flip of bit {bit} at byte {at} of the row map: not Corrupt: {other}")
+            }
+        }
+    }
+    store.put(&row_map.path, original).await.unwrap();
+    assert!(tally.corrupt > 0, "{tally:?}");
 }

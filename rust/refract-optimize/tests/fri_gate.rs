@@ -324,6 +324,7 @@ async fn partition_without_row_map_over_covered_fragments_is_refused() {
             destinations: groups[0].new_fragments.clone(),
             map_id: None,
             map_size_bytes: 0,
+            map_checksum: None,
         },
     );
     let err = dataset.commit_transaction(txn, None).await.unwrap_err();

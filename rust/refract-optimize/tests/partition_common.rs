@@ -9,7 +9,7 @@ use arrow_array::{Array, RecordBatch};
 use futures::TryStreamExt;
 use refract_ledger::Mapping;
 use refract_optimize::fri::{load_ledger, PartitionMetrics};
-use refract_reader::rowmap::{ChunkCacheMode, RowMapReader, RowMapSource};
+use refract_reader::rowmap::{row_map_path, ChunkCacheMode, RowMapReader, RowMapSource};
 use refract_table::transaction::Operation;
 use refract_table::Dataset;
 
@@ -115,12 +115,30 @@ pub async fn check_partition(
     };
     let (_, ledger) = load_ledger(after).await.unwrap().unwrap();
     let record = ledger.lineage().consumer_of(sources[0]).unwrap();
+    let Mapping::StablePartition {
+        map_id: recorded_id,
+        map_size_bytes,
+        map_checksum,
+    } = record.mapping()
+    else {
+        panic!("a partition records a stable-partition mapping");
+    };
     assert_eq!(
-        record.mapping(),
-        &Mapping::StablePartition {
-            map_id,
-            map_size_bytes: metrics.map_size_bytes
-        }
+        (*recorded_id, *map_size_bytes),
+        (map_id, metrics.map_size_bytes)
+    );
+    // The recorded checksum is the checksum of the file as stored.
+    let checksum = map_checksum
+        .clone()
+        .expect("the row map's checksum is recorded");
+    let stored = after
+        .store()
+        .checksum_of(&row_map_path(&map_id).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        (stored.size_bytes, &stored.checksum),
+        (metrics.map_size_bytes, &checksum)
     );
     assert_eq!(
         record
@@ -147,6 +165,7 @@ pub async fn check_partition(
         after.store(),
         &map_id,
         metrics.map_size_bytes,
+        Some(&checksum),
         *record.fingerprint(),
         &source_rows,
         &dest_rows,

@@ -39,6 +39,7 @@ impl StablePartitionMapping {
         let Mapping::StablePartition {
             map_id,
             map_size_bytes,
+            map_checksum,
         } = node.record.mapping()
         else {
             return Err(refract_core::Error::invalid_input(
@@ -64,6 +65,7 @@ impl StablePartitionMapping {
             store,
             map_id,
             *map_size_bytes,
+            map_checksum.as_ref(),
             *node.fingerprint(),
             &sources,
             &destinations,

@@ -137,6 +137,7 @@ async fn open(
         store,
         map_id,
         size,
+        None,
         [9; 32],
         &sources,
         destinations,

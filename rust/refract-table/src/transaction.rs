@@ -1,9 +1,11 @@
 //! Transactions: what a commit changes, recorded in the manifest it produces so
 //! later commits that raced it can be rebased.
 
+use refract_core::checksum::FileChecksum;
 use refract_core::{Error, Result};
 use uuid::Uuid;
 
+use crate::format::fragment::checksum_to_proto;
 use crate::format::index::uuid_from_bytes;
 use crate::format::proto;
 use crate::format::{Fragment, IndexMetadata};
@@ -63,6 +65,9 @@ pub enum Operation {
         map_id: Option<Uuid>,
         /// Size of the row-map file (0 without one).
         map_size_bytes: u64,
+        /// Block checksums of the row-map file (absent without one, and in
+        /// transactions written before checksums).
+        map_checksum: Option<FileChecksum>,
     },
     /// Makes `version` current again (as a new version).
     Restore {
@@ -174,11 +179,13 @@ impl Operation {
                 destinations,
                 map_id,
                 map_size_bytes,
+                map_checksum,
             } => pt::Operation::Partition(pt::Partition {
                 source_fragment_ids: source_fragment_ids.clone(),
                 destinations: destinations.iter().map(Fragment::to_proto).collect(),
                 map_id: map_id.map_or_else(Vec::new, |id| id.as_bytes().to_vec()),
                 map_size_bytes: *map_size_bytes,
+                map_checksum: map_checksum.as_ref().map(checksum_to_proto),
             }),
         }
     }
@@ -225,6 +232,28 @@ impl Operation {
                     Some(uuid_from_bytes(&partition.map_id, "partition map id")?)
                 },
                 map_size_bytes: partition.map_size_bytes,
+                map_checksum: partition
+                    .map_checksum
+                    .as_ref()
+                    .map(|stored| {
+                        let checksum = FileChecksum::from_le_bytes(stored.block_bytes, &stored.crc32c)
+                            .map_err(|e| {
+                                Error::corrupt("manifest", format!("row-map checksum of a partition: {e}"))
+                            })?;
+                        if checksum.check_size("row map", partition.map_size_bytes).is_err() {
+                            return Err(Error::corrupt(
+                                "manifest",
+                                format!(
+                                    "the row-map checksum of a partition covers {} blocks of {} bytes, not {} bytes",
+                                    checksum.blocks().len(),
+                                    checksum.block_bytes(),
+                                    partition.map_size_bytes
+                                ),
+                            ));
+                        }
+                        Ok(checksum)
+                    })
+                    .transpose()?,
             },
         })
     }

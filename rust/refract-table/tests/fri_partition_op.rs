@@ -58,6 +58,7 @@ fn partition(sources: Vec<u64>, destinations: Vec<Fragment>, map_id: Option<Uuid
         destinations,
         map_size_bytes: if map_id.is_some() { 123 } else { 0 },
         map_id,
+        map_checksum: None,
     }
 }
 
@@ -91,6 +92,7 @@ async fn partition_replaces_the_run_in_place_and_round_trips(#[case] map_id: Opt
         destinations,
         map_id: stored,
         map_size_bytes,
+        ..
     } = txn.operation
     else {
         panic!("expected a Partition");

@@ -44,6 +44,7 @@ pub fn sp(
     let mapping = Mapping::StablePartition {
         map_id: Uuid::from_u128(map_id),
         map_size_bytes: 4096,
+        map_checksum: None,
     };
     TransitionRecord::new(sources, destinations, mapping, 9).expect("valid stable partition")
 }
@@ -92,6 +93,8 @@ pub fn raw_sp(
             proto::StablePartition {
                 map_id: map_id.to_string(),
                 map_size_bytes,
+                map_checksum_block_bytes: 0,
+                map_checksum_crc32c: Vec::new(),
             },
         )),
         dataset_version: 4,

@@ -233,7 +233,8 @@ fn stable_partition_decodes() {
         ledger.transitions()[0].mapping(),
         &Mapping::StablePartition {
             map_id: Uuid::parse_str(MAP).unwrap(),
-            map_size_bytes: 512
+            map_size_bytes: 512,
+            map_checksum: None,
         }
     );
     assert_eq!(ledger.transitions()[0].dataset_version(), 4);
@@ -276,6 +277,7 @@ fn writer_stable_partition_rules_are_invalid_input() {
         Mapping::StablePartition {
             map_id: id,
             map_size_bytes: 0,
+            map_checksum: None,
         },
         1,
     )
@@ -288,6 +290,7 @@ fn writer_stable_partition_rules_are_invalid_input() {
         Mapping::StablePartition {
             map_id: id,
             map_size_bytes: 1,
+            map_checksum: None,
         },
         1,
     )
@@ -333,6 +336,8 @@ fn transition_with_two_mappings_is_corrupt(#[case] extra: u32) {
         crate::proto::StablePartition {
             map_id: MAP.into(),
             map_size_bytes: 3,
+            map_checksum_block_bytes: 0,
+            map_checksum_crc32c: Vec::new(),
         }
         .encode_to_vec()
     };

@@ -117,6 +117,7 @@ impl CommitHook for DeferredRemapHook {
                 destinations,
                 map_id: Some(map_id),
                 map_size_bytes,
+                map_checksum,
             } => {
                 let read = dataset.checkout_version(txn.read_version).await?;
                 vec![TransitionRecord::new(
@@ -128,6 +129,7 @@ impl CommitHook for DeferredRemapHook {
                     Mapping::StablePartition {
                         map_id: *map_id,
                         map_size_bytes: *map_size_bytes,
+                        map_checksum: map_checksum.clone(),
                     },
                     txn.read_version,
                 )?]

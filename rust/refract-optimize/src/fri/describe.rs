@@ -132,6 +132,7 @@ pub async fn describe_fri(dataset: &Dataset) -> Result<FriDescription> {
                 Mapping::StablePartition {
                     map_id,
                     map_size_bytes,
+                    ..
                 } => (Some(map_id.hyphenated().to_string()), Some(*map_size_bytes)),
                 Mapping::OrderedCompaction { .. } => (None, None),
             };

@@ -21,6 +21,7 @@ use arrow_array::builder::UInt16Builder;
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
 use futures::StreamExt;
+use refract_core::checksum::FileChecksum;
 use refract_core::{Error, Result};
 use refract_ledger::{Ledger, MAX_PHYSICAL_ROWS};
 use refract_reader::rowmap::RowMapWriter;
@@ -153,6 +154,7 @@ pub async fn partition_fragments(
             destinations: written.destinations,
             map_id,
             map_size_bytes: written.map_size_bytes,
+            map_checksum: written.map_checksum,
         }
     };
     let hook = DeferredRemapHook::new(HistoryFormat::Tagged);
@@ -435,6 +437,7 @@ impl Destinations {
 struct Written {
     destinations: Vec<Fragment>,
     map_size_bytes: u64,
+    map_checksum: Option<FileChecksum>,
 }
 
 /// Pass 2: stream every source into the destinations and the row map.
@@ -497,7 +500,7 @@ async fn write_destinations(
         check_rows_read(fragment, offset)?;
     }
     let fragments = destinations.finish(dataset).await?;
-    let map_size_bytes = match row_map {
+    let (map_size_bytes, map_checksum) = match row_map {
         Some(map) => {
             let written = map.finish().await?;
             let expected: Vec<u64> = fragments.iter().map(|f| f.physical_rows).collect();
@@ -510,9 +513,9 @@ async fn write_destinations(
                     ),
                 ));
             }
-            written.size_bytes
+            (written.size_bytes, Some(written.checksum))
         }
-        None => 0,
+        None => (0, None),
     };
     debug_assert!(fragments
         .iter()
@@ -521,5 +524,6 @@ async fn write_destinations(
     Ok(Written {
         destinations: fragments,
         map_size_bytes,
+        map_checksum,
     })
 }

@@ -148,6 +148,7 @@ pub(crate) mod tests {
             Mapping::StablePartition {
                 map_id: Uuid::new_v4(),
                 map_size_bytes: 100,
+                map_checksum: None,
             },
             version,
         )

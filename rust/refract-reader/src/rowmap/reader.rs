@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use refract_core::cache::{ByteWeightedCache, CacheKey, CacheNamespace, KeyParts};
+use refract_core::checksum::FileChecksum;
 use refract_core::{row_address, Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
 use refract_table::io::store::DatasetStore;
+use refract_table::io::RecordedFile;
 use uuid::Uuid;
 
 use super::counts::{CountsMatrix, BLOCK_ROWS};
@@ -127,9 +129,10 @@ impl std::fmt::Debug for RowMapReader {
 }
 
 impl RowMapReader {
-    /// Opens the row map of `map_id` (recorded size `map_size_bytes`) for a
-    /// transition from `sources` to `destinations` (fragment id, physical
-    /// rows), validating the counts against both. `fingerprint` identifies the
+    /// Opens the row map of `map_id` (recorded size `map_size_bytes` and, when
+    /// recorded, checksum `map_checksum`: every read of the file is then
+    /// verified) for a transition from `sources` to `destinations` (fragment
+    /// id, physical rows), validating the counts against both. `fingerprint` identifies the
     /// transition in cache keys. Reads the file's metadata and the counts
     /// buffer — one ranged GET of a tail sized for them, a second only when
     /// they are not all in it — and no labels (unless `mode` is
@@ -139,6 +142,7 @@ impl RowMapReader {
         store: &DatasetStore,
         map_id: &Uuid,
         map_size_bytes: u64,
+        map_checksum: Option<&FileChecksum>,
         fingerprint: [u8; 32],
         sources: &[RowMapSource],
         destinations: &[(u64, u64)],
@@ -146,8 +150,16 @@ impl RowMapReader {
         mode: ChunkCacheMode,
     ) -> Result<Self> {
         let path = row_map_path(map_id)?;
+        let store = match map_checksum {
+            Some(checksum) => store.verifying(&[RecordedFile {
+                path: path.clone(),
+                size_bytes: map_size_bytes,
+                checksum: checksum.clone(),
+            }]),
+            None => store.clone(),
+        };
         Self::open_at(
-            store,
+            &store,
             &path,
             map_size_bytes,
             fingerprint,

@@ -11,10 +11,9 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt16Array};
 use arrow_schema::{DataType, Field, Schema};
 use bytes::Bytes;
-use lance_file::version::ConcreteFileVersion;
-use lance_file::versions;
-use lance_file::writer::{FileWriter, FileWriterOptions};
+use refract_core::checksum::FileChecksum;
 use refract_core::{Error, Result};
+use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::paths::RelativePath;
 use refract_table::io::store::DatasetStore;
 use uuid::Uuid;
@@ -25,7 +24,7 @@ use super::{row_map_path, COUNTS_BUFFER_KEY, LABEL_COLUMN};
 /// Streams labels into `_fri/<map_id>/stable_partition.lance`, tracking the
 /// per-block histograms that become the counts matrix.
 pub struct RowMapWriter {
-    writer: FileWriter,
+    writer: LanceFileWriter,
     path: RelativePath,
     num_destinations: u32,
     rows: u64,
@@ -36,9 +35,6 @@ pub struct RowMapWriter {
     pending_rows: usize,
 }
 
-/// The Lance file format version row maps are written in.
-const FILE_VERSION: ConcreteFileVersion = ConcreteFileVersion::V2_2;
-
 /// What [`RowMapWriter::finish`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WrittenRowMap {
@@ -46,6 +42,8 @@ pub struct WrittenRowMap {
     pub path: RelativePath,
     /// Its size.
     pub size_bytes: u64,
+    /// Its block checksums.
+    pub checksum: FileChecksum,
     /// Rows per destination.
     pub destination_rows: Vec<u64>,
     /// Labels written.
@@ -70,7 +68,7 @@ impl RowMapWriter {
             true,
         )]));
         let path = row_map_path(map_id)?;
-        let writer = create_file(store, &path, &schema).await?;
+        let writer = LanceFileWriter::create_page_per_batch(store, &path, schema.clone()).await?;
         Ok(Self {
             writer,
             path,
@@ -132,10 +130,7 @@ impl RowMapWriter {
         self.pending_rows = 0;
         let batch = RecordBatch::try_new(self.schema.clone(), vec![block])
             .map_err(|e| Error::external("building a row-map batch", e))?;
-        self.writer
-            .write_batch(&batch)
-            .await
-            .map_err(|e| lance_error("writing", &self.path, e))
+        self.writer.write(&batch).await
     }
 
     /// Writes the counts matrix and closes the file.
@@ -145,58 +140,16 @@ impl RowMapWriter {
         self.write_block().await?;
         let buffer = self
             .writer
-            .add_global_buffer(Bytes::from(counts.encode()))
-            .await
-            .map_err(|e| lance_error("writing the counts of", &self.path, e))?;
+            .add_global_buffer(Bytes::from(counts.encode()))?;
         self.writer
-            .add_schema_metadata(COUNTS_BUFFER_KEY, buffer.to_string());
-        let summary = self
-            .writer
-            .finish()
-            .await
-            .map_err(|e| lance_error("finishing", &self.path, e))?;
+            .add_schema_metadata(COUNTS_BUFFER_KEY, &buffer.to_string());
+        let summary = self.writer.finish().await?;
         Ok(WrittenRowMap {
             path: self.path,
             size_bytes: summary.size_bytes,
+            checksum: summary.checksum,
             destination_rows: counts.totals(),
             num_rows: self.rows,
         })
     }
-}
-
-/// Starts the Lance file at `path`, which must not exist yet. Every batch
-/// becomes its own page: the writer buffers (almost) nothing between batches.
-async fn create_file(
-    store: &DatasetStore,
-    path: &RelativePath,
-    schema: &Schema,
-) -> Result<FileWriter> {
-    match store.head(path).await {
-        Ok(_) => {
-            return Err(Error::invalid_input(format!(
-                "row map {path} already exists; file paths must be unique"
-            )))
-        }
-        Err(Error::NotFound { .. }) => {}
-        Err(e) => return Err(e),
-    }
-    let lance_schema = lance_core::datatypes::Schema::try_from(schema)
-        .map_err(|e| Error::invalid_input(format!("schema of row map {path}: {e}")))?;
-    let object_writer = store
-        .lance_store()
-        .create(&path.to_object_path())
-        .await
-        .map_err(|e| lance_error("creating", path, e))?;
-    let options = FileWriterOptions {
-        data_cache_bytes: Some(1),
-        ..FileWriterOptions::default()
-    };
-    versions::create_writer(FILE_VERSION, object_writer, lance_schema, options)
-        .map_err(|e| lance_error("creating", path, e))
-}
-
-/// Maps a Lance error raised while writing `path` (the store's failures
-/// included) to an External error naming the file.
-fn lance_error(action: &str, path: &RelativePath, err: lance_core::Error) -> Error {
-    Error::external(format!("{action} row map {path}"), err)
 }

@@ -303,6 +303,7 @@ impl Table {
             Mapping::StablePartition {
                 map_id,
                 map_size_bytes: written.size_bytes,
+                map_checksum: Some(written.checksum.clone()),
             },
             self.ds.version(),
         )

@@ -103,6 +103,7 @@ pub(crate) fn build_candidate(
             destinations,
             map_id,
             map_size_bytes,
+            map_checksum,
         } => {
             // Positionally a partition is one rewrite group: the run is replaced in place.
             let run = RewriteGroup {
@@ -119,6 +120,7 @@ pub(crate) fn build_candidate(
                     .collect(),
                 map_id: *map_id,
                 map_size_bytes: *map_size_bytes,
+                map_checksum: map_checksum.clone(),
             }
         }
         Operation::Restore { version } => {

@@ -245,6 +245,21 @@ impl LanceFileWriter {
         Self::create_into(store, path, schema, options, sink).await
     }
 
+    /// Like [`Self::create`], writing every batch as its own page with
+    /// (almost) nothing buffered between batches: for files whose readers
+    /// fetch whole batches by page (row maps, one page per label block).
+    pub async fn create_page_per_batch(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let options = FileWriterOptions {
+            data_cache_bytes: Some(1),
+            ..FileWriterOptions::default()
+        };
+        Self::create_with(store, path, schema, options).await
+    }
+
     async fn create_with(
         store: &DatasetStore,
         path: &RelativePath,

@@ -266,6 +266,7 @@ fn partition_of(sources: Vec<u64>, destinations: Vec<Fragment>) -> Operation {
         destinations,
         map_id: None,
         map_size_bytes: 0,
+        map_checksum: None,
     }
 }
 
