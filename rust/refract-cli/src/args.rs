@@ -120,6 +120,18 @@ pub enum Command {
         /// Dataset URI.
         uri: String,
     },
+    /// Read every file the latest version references and check it against
+    /// its recorded checksum; exit 1 when any is damaged or missing.
+    Verify {
+        /// Dataset URI.
+        uri: String,
+        /// Check the files of every listed version, not only the latest.
+        #[arg(long)]
+        all_versions: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Compact fragments (plan, execute and commit in one go).
     Compact {
         /// Dataset URI.

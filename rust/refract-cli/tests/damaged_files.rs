@@ -6,8 +6,9 @@
 //! (and, for a manifest, its version), and no message shows a path of the
 //! build machine or a dependency's source location.
 //!
-//! Flips inside data pages can decode to other valid values (stored files
-//! carry no checksums yet): those are not tested here.
+//! `verify` reads every file a version references and finds any flipped
+//! bit (bit-flip sweeps of every file kind live in refract-optimize's
+//! `tests/bit_flips.rs`).
 
 mod support;
 
@@ -381,5 +382,94 @@ fn every_file_of_every_index_type_damaged_fails_its_query_as_corrupt() {
                 fails_corrupt(&query, file);
             }
         }
+    }
+}
+
+/// Every file of a dataset with all four index types and a deletion file,
+/// relative to the dataset root (manifests excluded).
+fn all_files(dir: &Path) -> Vec<String> {
+    let root = dir.join("table");
+    let mut files = Vec::new();
+    for sub in ["data", "_deletions", "_indices"] {
+        files.extend(files_under(&root, sub));
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn verify_finds_every_flipped_bit_and_names_the_file() {
+    let built = tempfile::tempdir().unwrap();
+    let uri = table_uri(built.path());
+    ok(&[
+        "append",
+        &uri,
+        "--rows",
+        "600",
+        "--fragment-rows",
+        "200",
+        "--dim",
+        "4",
+    ]);
+    for case in &INDEX_CASES {
+        let name = format!("ix_{}", case.column);
+        let mut build = vec![
+            "create-index",
+            &uri,
+            "--name",
+            &name,
+            "--column",
+            case.column,
+            "--type",
+            case.kind,
+        ];
+        if case.kind == "ivf-flat" {
+            build.extend(["--partitions", "4"]);
+        }
+        ok(&build);
+    }
+    ok(&["delete", &uri, "--filter", "id % 9 = 4"]);
+    let clean: Value = serde_json::from_str(&ok(&["verify", &uri, "--json"])).unwrap();
+    let files = all_files(built.path());
+    assert_eq!(clean["problems"], serde_json::json!([]));
+    assert_eq!(
+        clean["files_verified"].as_u64(),
+        Some(files.len() as u64),
+        "{clean:#}"
+    );
+    assert_eq!(clean["files_without_checksum"], 0);
+    let text = ok(&["verify", &uri]);
+    assert!(
+        text.starts_with(&format!("verified {} files (", files.len())),
+        "{text}"
+    );
+
+    for (n, file) in files.iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        copy_tree(built.path(), dir.path());
+        let uri = table_uri(dir.path());
+        let path = dir.path().join("table").join(file);
+        let mut bytes = fs::read(&path).unwrap();
+        // A different bit and place in every file.
+        let at = (n * 7919) % bytes.len();
+        bytes[at] ^= 1 << (n % 8);
+        fs::write(&path, bytes).unwrap();
+        let output = refract(&["verify", &uri, "--json"]);
+        assert_eq!(output.status.code(), Some(1), "{file}: verify succeeded");
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let problems = report["problems"].as_array().unwrap();
+        assert_eq!(problems.len(), 1, "{file}: {report:#}");
+        assert_eq!(problems[0]["file"], file.as_str());
+        let error = problems[0]["error"].as_str().unwrap();
+        assert!(
+            error.contains("checksum mismatch in block"),
+            "{file}: {error}"
+        );
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(
+            stderr.starts_with("error: corrupt dataset ")
+                && stderr.ends_with("1 file(s) failed verification\n"),
+            "{stderr}"
+        );
     }
 }

@@ -133,7 +133,7 @@ pub async fn check_partition(
         .expect("the row map's checksum is recorded");
     let stored = after
         .store()
-        .checksum_of(&row_map_path(&map_id).unwrap())
+        .checksum_of(&row_map_path(&map_id))
         .await
         .unwrap();
     assert_eq!(

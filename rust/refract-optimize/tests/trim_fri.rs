@@ -23,7 +23,7 @@ fn builtins() -> Arc<IndexRegistry> {
 }
 
 async fn exists(dataset: &Dataset, map_id: &uuid::Uuid) -> bool {
-    match dataset.store().head(&row_map_path(map_id).unwrap()).await {
+    match dataset.store().head(&row_map_path(map_id)).await {
         Ok(_) => true,
         Err(Error::NotFound { .. }) => false,
         Err(err) => panic!("{err}"),

@@ -93,7 +93,7 @@ async fn write(store: &DatasetStore, map_id: &Uuid, labels: &[Option<u16>], lie:
         _ => DataType::UInt16,
     };
     let schema = Arc::new(Schema::new(vec![Field::new(LABEL_COLUMN, data_type, true)]));
-    let mut writer = LanceFileWriter::create(store, &row_map_path(map_id).unwrap(), schema.clone())
+    let mut writer = LanceFileWriter::create(store, &row_map_path(map_id), schema.clone())
         .await
         .unwrap();
     for piece in labels.chunks(20_000) {

@@ -133,7 +133,7 @@ async fn write_legacy(store: &DatasetStore, map_id: &Uuid) -> u64 {
         DataType::UInt16,
         true,
     )]));
-    let path = row_map_path(map_id).unwrap();
+    let path = row_map_path(map_id);
     let mut writer = LanceFileWriter::create(store, &path, schema.clone())
         .await
         .unwrap();

@@ -14,17 +14,11 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use refract_core::{Error, Result};
-use refract_ledger::Mapping;
-use uuid::Uuid;
 
-use crate::commit::fri_entry::load_ledger_of;
 use crate::dataset::{list_versions, Dataset};
-use crate::io::paths::{DATA_DIR, DELETIONS_DIR, INDICES_DIR};
-use crate::io::{index_dir, RelativePath};
-use crate::transaction::Operation;
-
-/// Directory holding the stable-partition row maps, one sub-directory per map.
-const FRI_DIR: &str = "_fri";
+use crate::io::paths::{DATA_DIR, DELETIONS_DIR, FRI_DIR, INDICES_DIR};
+use crate::io::RelativePath;
+use crate::references::{version_references, FileKind};
 
 /// What [`cleanup_orphans`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -98,42 +92,29 @@ async fn unreferenced_row_maps(
         .collect())
 }
 
-/// Files, and index directories (with a trailing `/`), that `versions` reference.
+/// Files, and index and row-map directories (with a trailing `/`), that
+/// `versions` reference.
 async fn referenced_paths(dataset: &Dataset, versions: &[u64]) -> Result<HashSet<String>> {
     let mut referenced = HashSet::new();
     for version in versions {
         let manifest = dataset.load_manifest(*version).await?;
-        for fragment in &manifest.fragments {
-            referenced.extend(fragment.files.iter().map(|f| f.path.as_str().to_string()));
-            if let Some(deletion) = &fragment.deletion_file {
-                referenced.insert(deletion.path.as_str().to_string());
-            }
+        let references = version_references(dataset.store(), &manifest).await?;
+        for file in references.files {
+            let key = match (file.kind, file.path.as_str().rsplit_once('/')) {
+                // A row map is kept with everything in its directory.
+                (FileKind::RowMap, Some((dir, _))) => format!("{dir}/"),
+                _ => file.path.as_str().to_string(),
+            };
+            referenced.insert(key);
         }
-        for index in &manifest.indices {
-            referenced.insert(index_dir(&index.uuid).as_str().to_string());
-        }
-        let partition_map = manifest
-            .transaction
-            .as_ref()
-            .and_then(|txn| match txn.operation {
-                Operation::Partition { map_id, .. } => map_id,
-                _ => None,
-            });
-        referenced.extend(partition_map.map(|id| row_map_dir(&id)));
-        if let Some((_, ledger)) = load_ledger_of(dataset.store(), &manifest).await? {
-            for transition in ledger.transitions() {
-                if let Mapping::StablePartition { map_id, .. } = transition.mapping() {
-                    referenced.insert(row_map_dir(map_id));
-                }
-            }
-        }
+        referenced.extend(
+            references
+                .index_dirs
+                .iter()
+                .map(|dir| dir.as_str().to_string()),
+        );
     }
     Ok(referenced)
-}
-
-/// The row-map directory `_fri/<map_id>/` as a referenced-path key.
-fn row_map_dir(map_id: &Uuid) -> String {
-    format!("{FRI_DIR}/{map_id}/")
 }
 
 /// True when `path` is referenced directly or lies in a referenced index or

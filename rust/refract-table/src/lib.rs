@@ -13,10 +13,12 @@ pub mod dataset;
 pub mod format;
 pub mod io;
 pub mod predicate;
+pub mod references;
 pub mod session;
 pub mod task;
 pub mod testing;
 pub mod transaction;
+pub mod verify;
 
 pub use commit::CommitHook;
 pub use dataset::{
@@ -26,3 +28,4 @@ pub use dataset::{
 pub use format::{DataFile, DeletionFileRef, Fragment, IndexMetadata, Manifest};
 pub use session::Session;
 pub use transaction::{Operation, RewriteGroup, Transaction};
+pub use verify::{verify_dataset, VerifyOptions, VerifyReport};

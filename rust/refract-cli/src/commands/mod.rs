@@ -7,6 +7,7 @@ pub mod fri;
 pub mod index;
 mod inspect;
 pub mod location;
+mod verify;
 
 use refract_core::Result;
 
@@ -47,6 +48,11 @@ pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
         }
         Command::Inspect { uri, json } => inspect::inspect(&at(&uri), json).await,
         Command::Versions { uri } => inspect::versions(&at(&uri)).await,
+        Command::Verify {
+            uri,
+            all_versions,
+            json,
+        } => verify::verify(&at(&uri), all_versions, json).await,
         Command::Compact {
             uri,
             options,

@@ -196,7 +196,7 @@ async fn delete_row_maps(
     let mut deleted = Vec::new();
     for node in removed {
         if let Mapping::StablePartition { map_id, .. } = node.record.mapping() {
-            let path = row_map_path(map_id)?;
+            let path = row_map_path(map_id);
             // The trim is already committed: a failed delete must not turn it
             // into an error. The file stays for `cleanup_orphans`.
             match dataset.store().delete(&path).await {

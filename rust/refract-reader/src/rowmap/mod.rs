@@ -29,9 +29,8 @@ pub use resident::ResidentPartition;
 pub use route::{RouteBuffer, ROUTE_BATCH_ROWS};
 pub use writer::RowMapWriter;
 
-use refract_core::{Error, Result};
+use refract_core::Error;
 use refract_table::io::paths::RelativePath;
-use uuid::Uuid;
 
 /// Schema metadata key naming the global buffer that holds the counts matrix.
 pub const COUNTS_BUFFER_KEY: &str = "refract:row_map_counts_buffer";
@@ -39,10 +38,7 @@ pub const COUNTS_BUFFER_KEY: &str = "refract:row_map_counts_buffer";
 /// Name of the label column.
 pub const LABEL_COLUMN: &str = "label";
 
-/// The row-map file of `map_id`.
-pub fn row_map_path(map_id: &Uuid) -> Result<RelativePath> {
-    RelativePath::parse(&format!("_fri/{map_id}/stable_partition.lance"))
-}
+pub use refract_table::io::paths::row_map_path;
 
 /// What the format's checks (counts, labels, label units, routing) call the
 /// thing they found damaged, not knowing which file it came from.
@@ -68,11 +64,13 @@ pub(crate) fn name_file(path: &RelativePath, err: Error) -> Error {
 
 #[cfg(test)]
 mod tests {
+    use uuid::Uuid;
+
     use super::*;
 
     #[test]
     fn the_formats_unnamed_corruption_gains_the_file() {
-        let path = row_map_path(&Uuid::nil()).unwrap();
+        let path = row_map_path(&Uuid::nil());
         let named = |err: Error| name_file(&path, err).to_string();
         assert_eq!(
             named(Error::corrupt("row map", "label 7 is not below 3")),

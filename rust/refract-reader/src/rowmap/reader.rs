@@ -149,7 +149,7 @@ impl RowMapReader {
         cache: &ByteWeightedCache,
         mode: ChunkCacheMode,
     ) -> Result<Self> {
-        let path = row_map_path(map_id)?;
+        let path = row_map_path(map_id);
         let store = match map_checksum {
             Some(checksum) => store.verifying(&[RecordedFile {
                 path: path.clone(),

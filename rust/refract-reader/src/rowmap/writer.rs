@@ -67,7 +67,7 @@ impl RowMapWriter {
             DataType::UInt16,
             true,
         )]));
-        let path = row_map_path(map_id)?;
+        let path = row_map_path(map_id);
         let writer = LanceFileWriter::create_page_per_batch(store, &path, schema.clone()).await?;
         Ok(Self {
             writer,

@@ -19,6 +19,10 @@ pub const DATA_DIR: &str = "data";
 pub const DELETIONS_DIR: &str = "_deletions";
 /// Directory holding one sub-directory per index segment.
 pub const INDICES_DIR: &str = "_indices";
+/// Directory holding one sub-directory per stable-partition row map.
+pub const FRI_DIR: &str = "_fri";
+/// File name of a row map inside its directory.
+const ROW_MAP_FILE: &str = "stable_partition.lance";
 
 /// A validated path relative to the dataset root.
 ///
@@ -140,6 +144,18 @@ pub fn deletion_file_path(file_name: &str) -> Result<RelativePath> {
 pub fn index_dir(uuid: &Uuid) -> RelativePath {
     // A hyphenated uuid is a valid segment.
     RelativePath(format!("{INDICES_DIR}/{}/", uuid.hyphenated()))
+}
+
+/// `_fri/<map_id>/` — the directory of one stable-partition row map.
+pub fn row_map_dir(map_id: &Uuid) -> RelativePath {
+    // A hyphenated uuid is a valid segment.
+    RelativePath(format!("{FRI_DIR}/{}/", map_id.hyphenated()))
+}
+
+/// `_fri/<map_id>/stable_partition.lance` — the row-map file of `map_id`.
+pub fn row_map_path(map_id: &Uuid) -> RelativePath {
+    // A hyphenated uuid and a constant file name are valid segments.
+    RelativePath(format!("{FRI_DIR}/{}/{ROW_MAP_FILE}", map_id.hyphenated()))
 }
 
 fn single_segment_path(dir: &str, file_name: &str) -> Result<RelativePath> {

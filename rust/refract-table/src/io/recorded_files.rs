@@ -71,43 +71,56 @@ impl FileJournal {
 /// own errors pass through.
 pub(crate) async fn verify_stream(
     expected: &RecordedFile,
-    mut pieces: BoxStream<'_, Result<Bytes>>,
+    pieces: BoxStream<'_, Result<Bytes>>,
 ) -> Result<()> {
-    let name = expected.path.to_string();
+    verify_checksum_stream(
+        &expected.path,
+        Some(expected.size_bytes),
+        &expected.checksum,
+        pieces,
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Like [`verify_stream`] for a file whose size may be known only through
+/// its checksum (`size` `None`); returns the size read.
+///
+/// # Errors
+/// As [`verify_stream`].
+pub(crate) async fn verify_checksum_stream(
+    path: &RelativePath,
+    size: Option<u64>,
+    checksum: &FileChecksum,
+    mut pieces: BoxStream<'_, Result<Bytes>>,
+) -> Result<u64> {
     let mut builder = ChecksumBuilder::new();
     while let Some(piece) = pieces.next().await {
         builder.update(&piece?);
-        if builder.len() > expected.size_bytes {
+        if size.is_some_and(|expected| builder.len() > expected) {
             break;
         }
     }
-    let size = builder.len();
-    if size != expected.size_bytes {
+    let read = builder.len();
+    if let Some(expected) = size.filter(|expected| *expected != read) {
+        let over = if read > expected { "over " } else { "" };
         return Err(Error::corrupt(
-            name,
-            format!(
-                "file is {}{size} bytes but {} bytes were expected",
-                if size > expected.size_bytes {
-                    "over "
-                } else {
-                    ""
-                },
-                expected.size_bytes
-            ),
+            path.to_string(),
+            format!("file is {over}{read} bytes but {expected} bytes were expected"),
         ));
     }
     let actual = builder.finish();
-    if let Some(block) = first_difference(&actual, &expected.checksum) {
+    if let Some(block) = first_difference(&actual, checksum) {
         let from = block * actual.block_bytes();
         return Err(Error::corrupt(
-            name,
+            path.to_string(),
             format!(
                 "checksum mismatch in block {block} (bytes {from}..{})",
-                (from + actual.block_bytes()).min(size)
+                (from + actual.block_bytes()).min(read)
             ),
         ));
     }
-    Ok(())
+    Ok(read)
 }
 
 /// The first block whose checksums differ (checksums of files of one size

@@ -25,7 +25,7 @@ use super::cloud::{open_cloud, redacted_uri, scheme_of, Cloud, CloudTraits, Stor
 use super::counting::{CountingStore, RequestStats};
 use super::direct_local::DirectLocalStore;
 use super::paths::RelativePath;
-use super::recorded_files::{verify_stream, FileJournal, RecordedFile};
+use super::recorded_files::{verify_checksum_stream, verify_stream, FileJournal, RecordedFile};
 use super::verifying_store::{verification_failure, VerifyingStore};
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -573,6 +573,19 @@ impl DatasetStore {
     /// Corrupt naming the file and block on a mismatch; NotFound when missing.
     pub async fn verify_file(&self, file: &RecordedFile) -> Result<()> {
         verify_stream(file, self.stream_unverified(&file.path).await?).await
+    }
+
+    /// Like [`Self::verify_file`] for a file whose metadata records a
+    /// checksum but no size (deletion files); returns the size read.
+    ///
+    /// # Errors
+    /// As [`Self::verify_file`].
+    pub async fn verify_checksum(
+        &self,
+        path: &RelativePath,
+        checksum: &FileChecksum,
+    ) -> Result<u64> {
+        verify_checksum_stream(path, None, checksum, self.stream_unverified(path).await?).await
     }
 
     /// Deletes an object; a missing object is not an error.
