@@ -22,6 +22,7 @@ use common::{add_index, INDICES};
 use refract_core::Error;
 use refract_index::{IndexUse, Query};
 use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_optimize::remap::{remap_indices, RemapOptions};
 use refract_reader::{ChunkCacheMode, FriResolver};
 use refract_table::testing::{sample_rows, sample_schema, snapshot};
 use refract_table::{Dataset, OpenOptions, WriteOptions};
@@ -150,18 +151,20 @@ async fn flipped_bits_in_data_files_never_change_a_scan_or_a_compaction() {
     let (uri, dataset) = fixture(dir.path()).await;
     let expected = snapshot(&dataset).await.unwrap();
     let root = dir.path().join("table");
-    let (file, name) = data_files(&dataset, &root).remove(1);
-    let scans = sweep(&file, &name, || scan_matches(&uri, &expected)).await;
-    assert_eq!(
-        scans.identical, 0,
-        "every flip in a data file is detected: {scans:?}"
-    );
-    let version = dataset.version();
-    let compactions = sweep(&file, &name, || {
-        compaction_matches(&uri, &expected, version)
-    })
-    .await;
-    assert_eq!(compactions.identical, 0, "{compactions:?}");
+    let files = data_files(&dataset, &root);
+    // Fragment 1 has deletions (its rows are decoded and re-encoded);
+    // fragments 2 and 3 have none (their pages are copied as they are).
+    for index in [1, 3] {
+        let (file, name) = &files[index];
+        let scans = sweep(file, name, || scan_matches(&uri, &expected)).await;
+        assert_eq!(
+            scans.identical, 0,
+            "every flip in a data file is detected: {scans:?}"
+        );
+        let version = dataset.version();
+        let compactions = sweep(file, name, || compaction_matches(&uri, &expected, version)).await;
+        assert_eq!(compactions.identical, 0, "{compactions:?}");
+    }
     // The sweeps left the dataset as it was.
     scan_matches(&uri, &expected).await.unwrap();
 }
@@ -358,4 +361,58 @@ async fn flipped_bits_in_a_row_map_never_change_a_query_through_the_fri() {
     }
     store.put(&row_map.path, original).await.unwrap();
     assert!(tally.corrupt > 0, "{tally:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remap_never_reuses_a_damaged_index_file() {
+    let mut dataset = dataset_with_rows("bit-flips-remap", 600, 100).await;
+    for (name, column, index_type) in INDICES {
+        dataset = add_index(&dataset, name, column, index_type).await;
+    }
+    let options = CompactionOptions {
+        target_rows_per_fragment: 300,
+        ..CompactionOptions::default()
+    };
+    assert!(common::deferred_compaction(&mut dataset, &options).await);
+    let store = dataset.store().clone();
+    let uri = dataset.uri().to_string();
+    // The files a btree and an ivf_flat remap copy instead of rewriting.
+    let reused: Vec<_> = dataset
+        .manifest()
+        .indices
+        .iter()
+        .filter(|m| m.index_type == "btree" || m.index_type == "ivf_flat")
+        .flat_map(|m| m.files.clone())
+        .filter(|f| !f.path.as_str().ends_with("addresses.lance"))
+        .collect();
+    assert_eq!(reused.len(), 3, "values, page lookup and vectors");
+    for file in reused {
+        let original = store.get(&file.path).await.unwrap();
+        let mut damaged = original.to_vec();
+        let middle = damaged.len() / 2;
+        damaged[middle] ^= 0x08;
+        store.put(&file.path, Bytes::from(damaged)).await.unwrap();
+        let mut fresh = Dataset::open(&uri).await.unwrap();
+        let before = fresh.version();
+        let err = remap_indices(&mut fresh, RemapOptions::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupt { what, message }
+                if what.contains(file.path.as_str()) || message.contains(file.path.as_str())),
+            "{}: {err}",
+            file.path
+        );
+        assert_eq!(
+            Dataset::open(&uri).await.unwrap().version(),
+            before,
+            "nothing committed"
+        );
+        store.put(&file.path, original).await.unwrap();
+    }
+    // Undamaged, the same remap succeeds.
+    let mut fresh = Dataset::open(&uri).await.unwrap();
+    remap_indices(&mut fresh, RemapOptions::default())
+        .await
+        .unwrap();
 }
