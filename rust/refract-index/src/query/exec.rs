@@ -49,16 +49,18 @@ pub(crate) async fn execute(query: &Query) -> Result<QueryResult> {
     let dataset = &query.dataset;
     let output = output_columns(query)?;
     let mut explain = Explain::default();
-    let mut route: Option<(RoaringBitmap, RowSelection)> = None;
+    let mut route: Option<Route> = None;
     match (&query.filter, query.index_use) {
         (None, _) => explain.reason = "no filter".to_string(),
         (Some(_), IndexUse::Never) => explain.reason = "index use disabled".to_string(),
         (Some(filter), _) => {
-            for candidate in indexable(&conjuncts(filter)) {
+            let parts = conjuncts(filter);
+            for candidate in indexable(&parts) {
                 let Some(chosen) = choose(query, &candidate.column, &candidate.query).await? else {
                     continue;
                 };
-                route = consider(query, chosen, &candidate.query, &mut explain).await?;
+                let conjunct = parts.get(candidate.position).cloned();
+                route = consider(query, chosen, &candidate.query, conjunct, &mut explain).await?;
                 if route.is_some() {
                     break;
                 }
@@ -68,7 +70,11 @@ pub(crate) async fn execute(query: &Query) -> Result<QueryResult> {
             }
         }
     }
-    let (covered, selection) = route.unwrap_or_default();
+    let Route {
+        covered,
+        selection,
+        exact,
+    } = route.unwrap_or_default();
     // Covered fragments the index found no row in are not read at all.
     let fragments: Vec<u64> = dataset
         .fragments()
@@ -86,9 +92,22 @@ pub(crate) async fn execute(query: &Query) -> Result<QueryResult> {
         query.filter.as_ref(),
         &fragments,
         selection,
+        exact,
     )
     .await?;
     Ok(QueryResult { batch, explain })
+}
+
+/// How the covered fragments are read when an index wins.
+#[derive(Default)]
+struct Route {
+    /// Fragments the index serves.
+    covered: RoaringBitmap,
+    /// The rows it returned.
+    selection: RowSelection,
+    /// When every serving segment answered exactly: the conjunct each
+    /// returned row must satisfy, and the index to blame if one does not.
+    exact: Option<(Expr, String)>,
 }
 
 /// Decides whether `chosen` serves the query: declines before searching when
@@ -99,8 +118,9 @@ async fn consider(
     query: &Query,
     chosen: Chosen,
     index_query: &IndexQuery,
+    conjunct: Option<Expr>,
     explain: &mut Explain,
-) -> Result<Option<(RoaringBitmap, RowSelection)>> {
+) -> Result<Option<Route>> {
     let dataset = &query.dataset;
     let forced = query.index_use == IndexUse::Always;
     let covered = chosen.covered();
@@ -130,6 +150,7 @@ async fn consider(
     }
     let mut segments = Vec::new();
     let addrs = search_segments(&chosen, index_query, &mut segments).await?;
+    let all_exact = segments.iter().all(|s| s.result == "exact");
     let live = drop_deleted(dataset, addrs).await?;
     let index_work = Work::index(&live);
     let index_cost = index_work.cost();
@@ -157,10 +178,23 @@ async fn consider(
         explain.reason = format!("{reading} is not clearly cheaper than {scanning}");
         return Ok(None);
     }
+    let source = format!(
+        "index '{}' ({})",
+        chosen.name,
+        segments
+            .iter()
+            .map(|s| index_dir(&s.uuid).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     explain.index = Some(chosen.name);
     explain.segments = segments;
     explain.path = AccessPath::Index;
-    Ok(Some((covered, RowSelection::from_addresses(&live))))
+    Ok(Some(Route {
+        covered,
+        selection: RowSelection::from_addresses(&live),
+        exact: conjunct.filter(|_| all_exact).map(|expr| (expr, source)),
+    }))
 }
 
 /// Finds a user index on `column` whose segments can answer `index_query`.
@@ -435,13 +469,16 @@ pub(crate) async fn fetch_ordered(
 }
 
 /// Scans `fragments` (only the selected rows of those `selection` restricts)
-/// with `filter`, returning `columns` + `_rowaddr` in scan order.
+/// with `filter`, returning `columns` + `_rowaddr` in scan order. With
+/// `exact`, a selected row that does not satisfy its conjunct fails the query
+/// as Corrupt (see [`refract_table::Scanner::expect_selected_match`]).
 async fn scan(
     dataset: &Dataset,
     columns: &[String],
     filter: Option<&Expr>,
     fragments: &[u64],
     selection: RowSelection,
+    exact: Option<(Expr, String)>,
 ) -> Result<RecordBatch> {
     let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
     let mut scanner = dataset
@@ -452,6 +489,9 @@ async fn scan(
         .select_rows(selection);
     if let Some(expr) = filter {
         scanner = scanner.filter_expr(expr.clone());
+    }
+    if let Some((conjunct, source)) = exact {
+        scanner = scanner.expect_selected_match(conjunct, source);
     }
     let schema = output_schema(dataset, columns, false)?;
     let batches: Vec<RecordBatch> = scanner.try_into_stream().await?.try_collect().await?;

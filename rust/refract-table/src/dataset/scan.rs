@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use arrow::compute::{and, filter_record_batch};
 use arrow_array::builder::BooleanBufferBuilder;
-use arrow_array::{ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt64Array};
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
@@ -56,6 +56,14 @@ pub struct Scanner {
     batch_size: usize,
     one_pass: bool,
     selection: Option<Arc<RowSelection>>,
+    selected_must_match: Option<Arc<SelectionCheck>>,
+}
+
+/// A condition every selected row must satisfy (see
+/// [`Scanner::expect_selected_match`]).
+struct SelectionCheck {
+    expr: Expr,
+    source: String,
 }
 
 /// Everything one fragment's batches need, shared across its batches.
@@ -69,6 +77,7 @@ struct BatchPlan {
     output_schema: SchemaRef,
     one_pass: bool,
     selection: Option<Arc<RowSelection>>,
+    selected_must_match: Option<Arc<SelectionCheck>>,
 }
 
 impl Dataset {
@@ -84,6 +93,7 @@ impl Dataset {
             batch_size: DEFAULT_SCAN_BATCH_SIZE,
             one_pass: false,
             selection: None,
+            selected_must_match: None,
         }
     }
 
@@ -168,6 +178,20 @@ impl Scanner {
     /// filter still applies to every selected row; order stays scan order.
     pub fn select_rows(mut self, selection: RowSelection) -> Self {
         self.selection = Some(Arc::new(selection));
+        self
+    }
+
+    /// Declares that every live row [`Self::select_rows`] selects satisfies
+    /// `expr` (an index answered it exactly): the scan checks it on the
+    /// values it reads anyway, and a selected row that does not satisfy it
+    /// fails the scan as Corrupt naming `source`, instead of being silently
+    /// dropped by the filter. `expr`'s columns must be read (part of the
+    /// filter or the projection).
+    pub fn expect_selected_match(mut self, expr: Expr, source: impl Into<String>) -> Self {
+        self.selected_must_match = Some(Arc::new(SelectionCheck {
+            expr,
+            source: source.into(),
+        }));
         self
     }
 
@@ -263,11 +287,14 @@ impl Scanner {
         if self.with_row_address {
             output_fields.push(Field::new(ROW_ADDRESS_COLUMN, DataType::UInt64, false));
         }
-        let filter_columns = self
+        let mut filter_columns = self
             .filter
             .as_ref()
             .map(|filter| filter.columns())
             .unwrap_or_default();
+        if let Some(check) = &self.selected_must_match {
+            filter_columns.extend(check.expr.columns());
+        }
         // Read in schema order; at least one column so batches carry row counts.
         let mut read_columns: Vec<String> = schema
             .fields()
@@ -289,6 +316,7 @@ impl Scanner {
             output_schema: Arc::new(Schema::new(output_fields)),
             one_pass: self.one_pass,
             selection: self.selection.clone(),
+            selected_must_match: self.selected_must_match.clone(),
         })
     }
 }
@@ -461,6 +489,21 @@ fn process_selected_batch(
     let fragment = u32::try_from(fragment_id).map_err(|_| {
         Error::corrupt("manifest", format!("fragment id {fragment_id} exceeds u32"))
     })?;
+    if let Some(check) = &plan.selected_must_match {
+        let satisfied = check.expr.evaluate(batch)?;
+        let failing = offsets.iter().enumerate().find(|(row, offset)| {
+            wanted.contains(**offset) && !(satisfied.is_valid(*row) && satisfied.value(*row))
+        });
+        if let Some((_, offset)) = failing {
+            return Err(Error::corrupt(
+                check.source.clone(),
+                format!(
+                    "it answered row {fragment_id}:{offset} as an exact match of `{}`, which the row's values do not satisfy",
+                    check.expr
+                ),
+            ));
+        }
+    }
     let addresses = || {
         Ok(UInt64Array::from_iter_values(
             offsets.iter().map(|offset| row_address(fragment, *offset)),
