@@ -104,7 +104,7 @@ impl FileChecksum {
     /// InvalidInput when the length is not a multiple of four or the parts
     /// are invalid (see [`Self::new`]).
     pub fn from_le_bytes(block_bytes: u64, bytes: &[u8]) -> Result<Self> {
-        if bytes.len() % 4 != 0 {
+        if !bytes.len().is_multiple_of(4) {
             return Err(Error::invalid_input(format!(
                 "{} bytes of block checksums is not a whole number of 4-byte checksums",
                 bytes.len()
@@ -157,9 +157,9 @@ impl FileChecksum {
     /// InvalidInput when `bytes` is not a whole run of blocks.
     pub fn verify(&self, file: &str, size: u64, start: u64, bytes: &[u8]) -> Result<()> {
         let end = start.saturating_add(bytes.len() as u64);
-        if start % self.block_bytes != 0
+        if !start.is_multiple_of(self.block_bytes)
             || end > size
-            || (end % self.block_bytes != 0 && end != size)
+            || (!end.is_multiple_of(self.block_bytes) && end != size)
         {
             return Err(Error::invalid_input(format!(
                 "bytes {start}..{end} of {file} are not whole checksum blocks of a {size}-byte file"
