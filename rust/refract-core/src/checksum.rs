@@ -28,8 +28,9 @@ use crate::{Error, Result};
 /// The finest block: 64 KiB, so a ranged read of a small page reads little extra.
 pub const BASE_BLOCK_BYTES: u64 = 64 * 1024;
 
-/// The most blocks one file's checksum holds (1 KiB of checksums).
-pub const MAX_BLOCKS: usize = 256;
+/// The most blocks one file's checksum holds (4 KiB of checksums): files up
+/// to 64 MiB verify in 64 KiB blocks.
+pub const MAX_BLOCKS: usize = 1024;
 
 const ALGORITHM: CrcAlgorithm = CrcAlgorithm::Crc32Iscsi;
 
@@ -349,11 +350,11 @@ mod tests {
 
     #[test]
     fn large_files_merge_blocks_to_at_most_the_limit() {
-        // 301 base blocks: merged once, into 151 blocks of 128 KiB.
-        let bytes = file(300 * 65_536 + 10);
+        // 1,201 base blocks: merged once, into 601 blocks of 128 KiB.
+        let bytes = file(1_200 * 65_536 + 10);
         let sum = FileChecksum::of(&bytes);
         assert_eq!(sum.block_bytes(), 2 * BASE_BLOCK_BYTES);
-        assert_eq!(sum.blocks().len(), 151);
+        assert_eq!(sum.blocks().len(), 601);
         for (index, chunk) in bytes.chunks(2 * 65_536).enumerate() {
             assert_eq!(sum.blocks()[index], crc32c(chunk), "block {index}");
         }

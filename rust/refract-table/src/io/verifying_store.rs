@@ -9,10 +9,10 @@
 //! mapping recovers from the error chain ([`verification_failure`]). Every
 //! other request passes through unchanged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -20,15 +20,30 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartUpload,
-    ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload,
-    PutResult,
+    Attributes, CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult,
+    MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions,
+    PutPayload, PutResult,
 };
 use refract_core::checksum::FileChecksum;
 use refract_core::Error;
 
 /// Name under which verification failures travel through object_store errors.
 const STORE_NAME: &str = "refract-verify";
+/// Verified spans of at most this many bytes are kept for later reads, so
+/// the footer, metadata and page reads of a small file (one block) cost one
+/// request and one verification, not one each.
+const KEPT_SPAN_BYTES: usize = 2 << 20;
+/// Verified spans kept at most (most recent first).
+const KEPT_SPANS: usize = 4;
+
+/// A verified span of a file: where it starts, its bytes, the file's metadata.
+#[derive(Debug)]
+struct KeptSpan {
+    location: Path,
+    start: u64,
+    bytes: Bytes,
+    meta: ObjectMeta,
+}
 
 /// What a verified file must hold.
 #[derive(Debug, Clone)]
@@ -44,6 +59,7 @@ struct Expected {
 pub(crate) struct VerifyingStore {
     inner: Arc<dyn ObjectStore>,
     files: HashMap<Path, Expected>,
+    kept: Mutex<VecDeque<KeptSpan>>,
 }
 
 impl fmt::Display for VerifyingStore {
@@ -58,6 +74,7 @@ impl VerifyingStore {
         Self {
             inner,
             files: HashMap::new(),
+            kept: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -87,6 +104,9 @@ impl VerifyingStore {
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         let wanted = resolve(options.range.as_ref(), expected.size).map_err(fail)?;
+        if let Some(result) = self.from_kept(location, &wanted) {
+            return Ok(result);
+        }
         let covering = expected.checksum.covering(wanted.clone(), expected.size);
         let widened = GetOptions {
             range: (!covering.is_empty()).then(|| GetRange::Bounded(covering.clone())),
@@ -123,14 +143,53 @@ impl VerifyingStore {
         let from = usize::try_from(wanted.start - covering.start).map_err(fail_external)?;
         let to = usize::try_from(wanted.end - covering.start).map_err(fail_external)?;
         let slice = bytes.slice(from..to.min(bytes.len()));
+        if bytes.len() <= KEPT_SPAN_BYTES {
+            self.keep(KeptSpan {
+                location: location.clone(),
+                start: covering.start,
+                bytes,
+                meta: meta.clone(),
+            });
+        }
         Ok(GetResult {
-            payload: GetResultPayload::Stream(futures::stream::once(async { Ok(slice) }).boxed()),
+            payload: single_chunk(slice),
             meta,
             range: wanted,
             attributes,
             extensions,
         })
     }
+
+    /// `wanted` of `location` from a kept verified span, if one holds it.
+    fn from_kept(&self, location: &Path, wanted: &Range<u64>) -> Option<GetResult> {
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let span = kept.iter().find(|span| {
+            span.location == *location
+                && span.start <= wanted.start
+                && wanted.end <= span.start + span.bytes.len() as u64
+        })?;
+        let from = usize::try_from(wanted.start - span.start).ok()?;
+        let to = usize::try_from(wanted.end - span.start).ok()?;
+        Some(GetResult {
+            payload: single_chunk(span.bytes.slice(from..to)),
+            meta: span.meta.clone(),
+            range: wanted.clone(),
+            attributes: Attributes::default(),
+            extensions: Default::default(),
+        })
+    }
+
+    fn keep(&self, span: KeptSpan) {
+        // Spans are whole values pushed under the lock; a poisoned lock
+        // still holds only complete, verified spans.
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.push_front(span);
+        kept.truncate(KEPT_SPANS);
+    }
+}
+
+fn single_chunk(bytes: Bytes) -> GetResultPayload {
+    GetResultPayload::Stream(futures::stream::once(async { Ok(bytes) }).boxed())
 }
 
 fn size_mismatch(expected: &Expected, actual: u64) -> Error {
@@ -320,5 +379,47 @@ mod tests {
             let found = verification_failure(&err).expect("a verification failure");
             assert!(found.to_string().contains("150000 bytes"), "{found}");
         }
+    }
+
+    #[tokio::test]
+    async fn reads_inside_a_kept_span_need_no_request() {
+        let bytes = contents();
+        let memory = Arc::new(InMemory::new());
+        memory
+            .put(&Path::from("data/f.lance"), PutPayload::from(bytes.clone()))
+            .await
+            .unwrap();
+        let counting = Arc::new(crate::io::CountingStore::new(
+            memory as Arc<dyn ObjectStore>,
+        ));
+        let mut store = VerifyingStore::new(counting.clone());
+        store.verify_file(
+            Path::from("data/f.lance"),
+            "data/f.lance".to_string(),
+            200_000,
+            FileChecksum::of(&bytes),
+        );
+        let path = Path::from("data/f.lance");
+        // The footer read fetches its block (the file's last 3,392 bytes).
+        assert_eq!(
+            &store.get_range(&path, 199_000..200_000).await.unwrap()[..],
+            &bytes[199_000..]
+        );
+        // Reads inside that block, and of the same bytes again, cost nothing.
+        assert_eq!(
+            &store.get_range(&path, 196_700..196_800).await.unwrap()[..],
+            &bytes[196_700..196_800]
+        );
+        assert_eq!(
+            &store.get_range(&path, 199_000..200_000).await.unwrap()[..],
+            &bytes[199_000..]
+        );
+        assert_eq!(counting.stats().get_ranges, 1);
+        // Another block is fetched.
+        assert_eq!(
+            &store.get_range(&path, 10..20).await.unwrap()[..],
+            &bytes[10..20]
+        );
+        assert_eq!(counting.stats().get_ranges, 2);
     }
 }
