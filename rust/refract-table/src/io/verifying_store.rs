@@ -104,7 +104,7 @@ impl VerifyingStore {
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         let wanted = resolve(options.range.as_ref(), expected.size).map_err(fail)?;
-        if let Some(result) = self.from_kept(location, &wanted) {
+        if let Some(result) = self.kept_read(location, &wanted) {
             return Ok(result);
         }
         let covering = expected.checksum.covering(wanted.clone(), expected.size);
@@ -161,7 +161,7 @@ impl VerifyingStore {
     }
 
     /// `wanted` of `location` from a kept verified span, if one holds it.
-    fn from_kept(&self, location: &Path, wanted: &Range<u64>) -> Option<GetResult> {
+    fn kept_read(&self, location: &Path, wanted: &Range<u64>) -> Option<GetResult> {
         let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         let span = kept.iter().find(|span| {
             span.location == *location
