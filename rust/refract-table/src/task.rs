@@ -23,6 +23,12 @@ impl<T: Send + 'static> AbortOnDrop<T> {
         AbortOnDrop(handle.spawn(future))
     }
 
+    /// Waits for the task and returns its outcome as tokio reports it (a
+    /// panic is a `JoinError` whose `is_panic` is true).
+    pub async fn wait(mut self) -> std::result::Result<T, tokio::task::JoinError> {
+        (&mut self.0).await
+    }
+
     /// Waits for the task; a panic or cancellation is External, described by `what`.
     pub async fn join(mut self, what: &str) -> Result<T> {
         (&mut self.0)

@@ -51,6 +51,7 @@ use super::paths::RelativePath;
 use super::recorded_files::RecordedFile;
 use super::store::DatasetStore;
 use super::verifying_store::verification_failure;
+use crate::task::AbortOnDrop;
 use refract_core::checksum::FileChecksum;
 
 /// The Lance file format version Refract writes.
@@ -780,22 +781,65 @@ impl LanceFileReader {
         projection: ReaderProjection,
         batch_size: u32,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        // Decoding runs in a task of its own: Lance can panic on damaged bytes
+        // of a file written before checksums, and a panic there must surface
+        // as one Corrupt error naming the file, not unwind through the caller.
+        let inner = self.inner.clone();
+        let (sender, receiver) = tokio::sync::mpsc::channel(BATCH_READAHEAD as usize);
+        let task = AbortOnDrop::spawn(async move {
+            let batches = inner
+                .reader
+                .read_stream_projected(
+                    params,
+                    batch_size,
+                    BATCH_READAHEAD,
+                    projection,
+                    FilterExpression::no_filter(),
+                )
+                .await;
+            let mut batches = match batches {
+                Ok(batches) => batches,
+                Err(e) => {
+                    // A dropped receiver wants nothing more.
+                    let _ = sender
+                        .send(Err(lance_error("reading", &inner.path, e, false)))
+                        .await;
+                    return;
+                }
+            };
+            while let Some(batch) = batches.next().await {
+                let batch = batch.map_err(|e| lance_error("reading", &inner.path, e, false));
+                let failed = batch.is_err();
+                if sender.send(batch).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
         let path = self.inner.path.clone();
-        let batches = self
-            .inner
-            .reader
-            .read_stream_projected(
-                params,
-                batch_size,
-                BATCH_READAHEAD,
-                projection,
-                FilterExpression::no_filter(),
-            )
-            .await
-            .map_err(|e| lance_error("reading", &self.inner.path, e, false))?;
-        Ok(batches
-            .map_err(move |e| lance_error("reading", &path, e, false))
-            .boxed())
+        Ok(stream::unfold(Some((receiver, task)), move |state| {
+            let path = path.clone();
+            async move {
+                let (mut receiver, task) = state?;
+                if let Some(batch) = receiver.recv().await {
+                    return Some((batch, Some((receiver, task))));
+                }
+                match task.wait().await {
+                    Ok(()) => None,
+                    Err(join) if join.is_panic() => Some((
+                        Err(Error::corrupt(
+                            format!("Lance file {path}"),
+                            "the Lance decoder panicked while reading the file",
+                        )),
+                        None,
+                    )),
+                    Err(join) => Some((
+                        Err(Error::external(format!("reading Lance file {path}"), join)),
+                        None,
+                    )),
+                }
+            }
+        })
+        .boxed())
     }
 
     /// Streams `rows` in batches of at most `batch_size` rows.
