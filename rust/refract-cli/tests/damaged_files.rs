@@ -310,13 +310,11 @@ const INDEX_CASES: [IndexCase; 4] = [
     },
 ];
 
-/// A dataset of 600 rows in 3 fragments with one `case` index; returns the
-/// URI and the segment's files (relative to the dataset root).
-fn indexed(dir: &Path, case: &IndexCase) -> (String, Vec<String>) {
-    let uri = table_uri(dir);
+/// Appends the 600 rows (3 fragments of 200) every indexed fixture holds.
+fn append_rows(uri: &str) {
     ok(&[
         "append",
-        &uri,
+        uri,
         "--rows",
         "600",
         "--fragment-rows",
@@ -324,11 +322,15 @@ fn indexed(dir: &Path, case: &IndexCase) -> (String, Vec<String>) {
         "--dim",
         "4",
     ]);
+}
+
+/// Builds `case`'s index named `name`.
+fn create_index(uri: &str, case: &IndexCase, name: &str) {
     let mut build = vec![
         "create-index",
-        &uri,
+        uri,
         "--name",
-        "ix",
+        name,
         "--column",
         case.column,
         "--type",
@@ -338,6 +340,14 @@ fn indexed(dir: &Path, case: &IndexCase) -> (String, Vec<String>) {
         build.extend(["--partitions", "4"]);
     }
     ok(&build);
+}
+
+/// A dataset of 600 rows in 3 fragments with one `case` index; returns the
+/// URI and the segment's files (relative to the dataset root).
+fn indexed(dir: &Path, case: &IndexCase) -> (String, Vec<String>) {
+    let uri = table_uri(dir);
+    append_rows(&uri);
+    create_index(&uri, case, "ix");
     let inspect: Value = serde_json::from_str(&ok(&["inspect", &uri, "--json"])).unwrap();
     let uuid = inspect["indices"][0]["uuid"].as_str().unwrap().to_string();
     let files = files_under(&dir.join("table"), &format!("_indices/{uuid}"));
@@ -401,32 +411,9 @@ fn all_files(dir: &Path) -> Vec<String> {
 fn verify_finds_every_flipped_bit_and_names_the_file() {
     let built = tempfile::tempdir().unwrap();
     let uri = table_uri(built.path());
-    ok(&[
-        "append",
-        &uri,
-        "--rows",
-        "600",
-        "--fragment-rows",
-        "200",
-        "--dim",
-        "4",
-    ]);
+    append_rows(&uri);
     for case in &INDEX_CASES {
-        let name = format!("ix_{}", case.column);
-        let mut build = vec![
-            "create-index",
-            &uri,
-            "--name",
-            &name,
-            "--column",
-            case.column,
-            "--type",
-            case.kind,
-        ];
-        if case.kind == "ivf-flat" {
-            build.extend(["--partitions", "4"]);
-        }
-        ok(&build);
+        create_index(&uri, case, &format!("ix_{}", case.column));
     }
     ok(&["delete", &uri, "--filter", "id % 9 = 4"]);
     let clean: Value = serde_json::from_str(&ok(&["verify", &uri, "--json"])).unwrap();

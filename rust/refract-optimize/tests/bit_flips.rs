@@ -13,12 +13,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
 use arrow_array::RecordBatch;
 use bytes::Bytes;
 use common::fri_common::dataset_with_rows;
-use common::{add_index, INDICES};
+use common::{add_index, ids, INDICES};
 use refract_core::Error;
 use refract_index::{IndexUse, Query};
 use refract_optimize::compaction::{compact_files, CompactionOptions};
@@ -233,14 +231,6 @@ async fn query_ids(
         answers.push(ids(&result.batch));
     }
     Ok(answers)
-}
-
-fn ids(batch: &RecordBatch) -> Vec<i64> {
-    batch
-        .column(0)
-        .as_primitive::<Int64Type>()
-        .values()
-        .to_vec()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

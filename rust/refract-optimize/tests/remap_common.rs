@@ -137,7 +137,8 @@ pub async fn deferred_compaction(dataset: &mut Dataset, options: &CompactionOpti
     true
 }
 
-fn ids(batch: &RecordBatch) -> Vec<i64> {
+/// The first column (Int64 ids) of `batch`.
+pub fn ids(batch: &RecordBatch) -> Vec<i64> {
     batch
         .column(0)
         .as_primitive::<Int64Type>()

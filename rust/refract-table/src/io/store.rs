@@ -637,4 +637,72 @@ mod copy_tests {
         let err = store.copy(&missing, &to).await.unwrap_err();
         assert!(matches!(err, Error::NotFound { .. }), "{err}");
     }
+
+    async fn store_with(path: &RelativePath, bytes: &'static [u8]) -> DatasetStore {
+        let store = DatasetStore::open(&format!("memory://views-{}", uuid::Uuid::new_v4()), true)
+            .await
+            .unwrap();
+        store.put(path, Bytes::from_static(bytes)).await.unwrap();
+        store
+    }
+
+    #[tokio::test]
+    async fn a_verifying_view_knows_sizes_and_never_copies_a_damaged_file() {
+        let from = RelativePath::parse("_indices/a/values.lance").unwrap();
+        let to = RelativePath::parse("_indices/b/values.lance").unwrap();
+        let store = store_with(&from, b"sorted values").await;
+        let recorded = store.checksum_of(&from).await.unwrap();
+        let view = store.verifying(std::slice::from_ref(&recorded));
+        store.reset_stats();
+        assert_eq!(view.head(&from).await.unwrap(), 13);
+        assert_eq!(store.stats().heads, 0, "a recorded size needs no HEAD");
+        // Damaged after recording: the copy reads and refuses it.
+        store
+            .put(&from, Bytes::from_static(b"sorted valueZ"))
+            .await
+            .unwrap();
+        let err = view.copy(&from, &to).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupt { what, message }
+                if what == from.as_str() && message.contains("checksum mismatch in block 0")),
+            "{err}"
+        );
+        assert!(matches!(store.head(&to).await, Err(Error::NotFound { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_recording_view_records_puts_and_copies_with_their_checksums() {
+        let from = RelativePath::parse("_indices/a/values.lance").unwrap();
+        let to = RelativePath::parse("_indices/b/values.lance").unwrap();
+        let extra = RelativePath::parse("_indices/b/lookup.lance").unwrap();
+        let store = store_with(&from, b"sorted values").await;
+        let journal = Arc::new(FileJournal::new());
+        let view = store.recording(journal.clone());
+        view.copy(&from, &to).await.unwrap();
+        view.put(&extra, Bytes::from_static(b"lookup"))
+            .await
+            .unwrap();
+        let written = journal.take_under(&RelativePath::parse("_indices/b").unwrap());
+        let expected = vec![
+            RecordedFile {
+                path: extra.clone(),
+                size_bytes: 6,
+                checksum: FileChecksum::of(b"lookup"),
+            },
+            RecordedFile {
+                path: to.clone(),
+                size_bytes: 13,
+                checksum: FileChecksum::of(b"sorted values"),
+            },
+        ];
+        assert_eq!(written, expected);
+        // The plain store records nothing.
+        store
+            .put(&extra, Bytes::from_static(b"again"))
+            .await
+            .unwrap();
+        assert!(journal
+            .take_under(&RelativePath::parse("_indices/b").unwrap())
+            .is_empty());
+    }
 }
