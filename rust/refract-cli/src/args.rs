@@ -128,6 +128,10 @@ pub enum Command {
         /// Check the files of every listed version, not only the latest.
         #[arg(long)]
         all_versions: bool,
+        /// Also compare every index segment, entry for entry, with the data
+        /// of the fragments it serves (reads all indexed columns).
+        #[arg(long)]
+        deep: bool,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,

@@ -430,6 +430,26 @@ fn verify_finds_every_flipped_bit_and_names_the_file() {
         text.starts_with(&format!("verified {} files (", files.len())),
         "{text}"
     );
+    let deep: Value = serde_json::from_str(&ok(&["verify", &uri, "--deep", "--json"])).unwrap();
+    assert_eq!(deep["problems"], serde_json::json!([]));
+    assert_eq!(
+        deep["index_data"]["segments_checked"].as_u64(),
+        Some(INDEX_CASES.len() as u64),
+        "{deep:#}"
+    );
+    assert_eq!(
+        deep["index_data"]["segments_unchecked"],
+        serde_json::json!([])
+    );
+    let deep_text = ok(&["verify", &uri, "--deep"]);
+    assert!(
+        deep_text.contains(&format!(
+            "compared {} index segments ({} entries) with their data",
+            INDEX_CASES.len(),
+            deep["index_data"]["entries_checked"]
+        )),
+        "{deep_text}"
+    );
 
     for (n, file) in files.iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
@@ -441,12 +461,30 @@ fn verify_finds_every_flipped_bit_and_names_the_file() {
         let at = (n * 7919) % bytes.len();
         bytes[at] ^= 1 << (n % 8);
         fs::write(&path, bytes).unwrap();
-        let output = refract(&["verify", &uri, "--json"]);
+        // A damaged index file fails the deep check of its segment too, as
+        // one clean line (never a panic); the file check names the file.
+        let args: &[&str] = if n % 4 == 0 {
+            &["verify", &uri, "--json", "--deep"]
+        } else {
+            &["verify", &uri, "--json"]
+        };
+        let output = refract(args);
         assert_eq!(output.status.code(), Some(1), "{file}: verify succeeded");
         let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-        let problems = report["problems"].as_array().unwrap();
+        let problems: Vec<&Value> = report["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["file"] == file.as_str())
+            .collect();
         assert_eq!(problems.len(), 1, "{file}: {report:#}");
-        assert_eq!(problems[0]["file"], file.as_str());
+        for other in report["problems"].as_array().unwrap() {
+            let name = other["file"].as_str().unwrap();
+            assert!(
+                name == file || (file.starts_with(name) && name.starts_with("_indices/")),
+                "{file}: only the file and its segment are named: {report:#}"
+            );
+        }
         let error = problems[0]["error"].as_str().unwrap();
         assert!(
             error.contains("checksum mismatch in block"),
@@ -455,7 +493,10 @@ fn verify_finds_every_flipped_bit_and_names_the_file() {
         let stderr = String::from_utf8(output.stderr).unwrap();
         assert!(
             stderr.starts_with("error: corrupt dataset ")
-                && stderr.ends_with("1 file(s) failed verification\n"),
+                && stderr.ends_with(&format!(
+                    "{} file(s) failed verification\n",
+                    report["problems"].as_array().unwrap().len()
+                )),
             "{stderr}"
         );
     }

@@ -27,6 +27,6 @@ pub use remap::{
 pub use resolver::{DirectResolver, ResolvedSegment, SegmentResolver};
 pub use translate::{Translator, MAX_TRANSLATION_BATCH};
 pub use types::{
-    IndexContext, IndexParams, IndexQuery, IndexSegmentReader, IndexType, LegacyIndexPlugin,
-    Metric, SearchResult,
+    EntrySink, IndexContext, IndexEntries, IndexParams, IndexQuery, IndexSegmentReader, IndexType,
+    LegacyIndexPlugin, Metric, SearchResult,
 };

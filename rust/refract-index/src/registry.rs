@@ -177,6 +177,20 @@ impl IndexSegmentReader for NamedSegment {
             .await
             .map_err(|err| name_segment(self.type_name, &self.dir, err))
     }
+
+    async fn visit_entries(&self, sink: &mut dyn crate::types::EntrySink) -> Result<bool> {
+        self.inner
+            .visit_entries(sink)
+            .await
+            .map_err(|err| name_segment(self.type_name, &self.dir, err))
+    }
+
+    fn expected_entries(
+        &self,
+        rows: &arrow_array::RecordBatch,
+    ) -> Result<Option<crate::types::IndexEntries>> {
+        self.inner.expected_entries(rows)
+    }
 }
 
 #[cfg(test)]

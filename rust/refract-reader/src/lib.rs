@@ -13,10 +13,12 @@
 //! * [`translate`]: per-segment hop-by-hop translation with duplicate suppression.
 //! * [`resolver`]: `FriReader` and the `FriResolver` used by query execution.
 //! * [`rowmap`]: the stable-partition row-map file format, writer and chunk-cached reader.
+//! * [`index_check`]: deep verification of index segments against their data.
 
 pub mod coverage;
 pub mod entry;
 pub mod history;
+pub mod index_check;
 pub mod listing;
 pub mod mapping;
 pub mod resolver;
@@ -29,6 +31,7 @@ pub use entry::{
     FRI_INDEX_NAME, FRI_INDEX_TYPE,
 };
 pub use history::{load_history, FriHistory};
+pub use index_check::{verify_index_data, IndexCheckProgress};
 pub use listing::{DerivedListing, ListedEntry};
 pub use mapping::{MappingBinder, StablePartitionMapping};
 pub use resolver::{FriReader, FriResolver};

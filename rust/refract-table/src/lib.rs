@@ -28,4 +28,7 @@ pub use dataset::{
 pub use format::{DataFile, DeletionFileRef, Fragment, IndexMetadata, Manifest};
 pub use session::Session;
 pub use transaction::{Operation, RewriteGroup, Transaction};
-pub use verify::{verify_dataset, VerifyOptions, VerifyReport};
+pub use verify::{
+    verify_dataset, IndexDataReport, UncheckedSegment, VerifyOptions, VerifyProblem,
+    VerifyProgress, VerifyReport,
+};

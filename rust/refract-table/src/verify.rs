@@ -22,10 +22,11 @@ pub struct VerifyOptions {
     pub all_versions: bool,
 }
 
-/// One damaged, missing or unreadable file.
+/// One damaged, missing or unreadable file, or an index segment that does
+/// not match its data.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VerifyProblem {
-    /// Dataset-relative path.
+    /// Dataset-relative path (a directory for an index segment).
     pub file: String,
     /// What the file is (`None` for a manifest).
     pub kind: Option<FileKind>,
@@ -48,8 +49,35 @@ pub struct VerifyReport {
     /// Index segments written before checksums, whose files are not listed
     /// (not checked).
     pub segments_without_file_list: u64,
+    /// What the deep check of index segments against their data found
+    /// (`refract_reader::verify_index_data`); `None` when it did not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index_data: Option<IndexDataReport>,
     /// Every problem, sorted by file.
     pub problems: Vec<VerifyProblem>,
+}
+
+/// The deep check's counts: segments compared entry for entry with the data
+/// of the fragments they serve. Its problems join [`VerifyReport::problems`],
+/// named by segment directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IndexDataReport {
+    /// Segments whose every entry was compared with the data.
+    pub segments_checked: u64,
+    /// Entries (key and row pairs) the data implies for those segments.
+    pub entries_checked: u64,
+    /// Segments that could not be compared.
+    pub segments_unchecked: Vec<UncheckedSegment>,
+}
+
+/// A segment the deep check could not compare, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UncheckedSegment {
+    /// The segment's directory.
+    pub segment: String,
+    /// Why: a type that cannot list its entries, one not registered here,
+    /// or a damaged file it depends on (reported on its own).
+    pub reason: String,
 }
 
 impl VerifyReport {

@@ -4,7 +4,7 @@ use super::location::Location;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use refract_core::{Error, Result};
 use refract_optimize::compaction::{
     commit_compaction, compact_files, plan_compaction, plan_from_json, CompactionMetrics,
@@ -35,12 +35,7 @@ pub fn options_from_args(args: &CompactArgs) -> Result<CompactionOptions> {
 
 /// A progress bar for task completion, hidden when stderr is not a terminal.
 pub fn progress_bar(label: &str) -> (ProgressBar, ProgressCallback) {
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tasks, {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
+    let bar = super::progress::styled_bar("{msg} [{bar:30}] {pos}/{len} tasks, {elapsed}");
     bar.set_message(label.to_string());
     let handle = bar.clone();
     let callback: ProgressCallback = Arc::new(move |progress| {

@@ -7,11 +7,13 @@ pub mod fri;
 pub mod index;
 mod inspect;
 pub mod location;
+mod progress;
 mod verify;
 
 use refract_core::Result;
 
 use refract_table::io::StorageOptions;
+use refract_table::VerifyOptions;
 
 use crate::args::Command;
 pub use location::Location;
@@ -51,8 +53,9 @@ pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
         Command::Verify {
             uri,
             all_versions,
+            deep,
             json,
-        } => verify::verify(&at(&uri), all_versions, json).await,
+        } => verify::verify(&at(&uri), VerifyOptions { all_versions }, deep, json).await,
         Command::Compact {
             uri,
             options,

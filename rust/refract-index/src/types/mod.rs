@@ -28,12 +28,14 @@ use serde::{Deserialize, Serialize};
 pub(crate) mod addresses;
 pub mod bitmap;
 pub mod btree;
+pub mod entries;
 pub mod ivf_flat;
 pub mod ngram;
 #[cfg(test)]
 pub(crate) mod test_support;
 
 pub use crate::translate::{Translator, MAX_TRANSLATION_BATCH};
+pub use entries::{EntrySink, IndexEntries};
 
 /// Distance metric of a vector index / kNN query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -209,6 +211,30 @@ pub trait IndexSegmentReader: Send + Sync {
 
     /// Every stored address, ascending (diagnostics and tests).
     async fn stored_addresses(&self) -> Result<RoaringTreemap>;
+
+    /// Deep verification: gives `sink` every entry the segment stores
+    /// (tombstones left out), in pieces of at most [`MAX_TRANSLATION_BATCH`],
+    /// in any order. `Ok(false)` without calling `sink` when the type cannot
+    /// list its entries (the default).
+    ///
+    /// # Errors
+    /// Corrupt or NotFound when a file cannot be read; the sink's errors.
+    async fn visit_entries(&self, sink: &mut dyn EntrySink) -> Result<bool> {
+        let _ = sink;
+        Ok(false)
+    }
+
+    /// Deep verification: the entries this segment must hold for `rows`
+    /// (`(value column, _rowaddr)` batches, as builds receive them), with the
+    /// key columns [`IndexSegmentReader::visit_entries`] gives. `Ok(None)`
+    /// when the type cannot tell (the default).
+    ///
+    /// # Errors
+    /// InvalidInput when `rows` is not such a batch.
+    fn expected_entries(&self, rows: &RecordBatch) -> Result<Option<IndexEntries>> {
+        let _ = rows;
+        Ok(None)
+    }
 }
 
 /// A third-party type that can build, open and search, but only remaps through

@@ -15,7 +15,10 @@ use roaring::RoaringTreemap;
 use super::{BitmapDetails, BITMAP_FILE, POSTING_COLUMN, VALUE_COLUMN};
 use crate::keys::{downcast, range_is_empty, Key, KeyColumn, KeyKind};
 use crate::posting;
-use crate::types::{IndexContext, IndexQuery, IndexSegmentReader, SearchResult};
+use crate::types::entries::{expand_posting, value_and_addresses};
+use crate::types::{
+    EntrySink, IndexContext, IndexEntries, IndexQuery, IndexSegmentReader, SearchResult,
+};
 
 /// Names the index in errors.
 pub(crate) const WHAT: &str = "bitmap index";
@@ -266,6 +269,44 @@ impl IndexSegmentReader for BitmapSegment {
             }
         }
         Ok(all)
+    }
+
+    /// Every (key, address) of every posting, the null key's included.
+    async fn visit_entries(&self, sink: &mut dyn EntrySink) -> Result<bool> {
+        let Some(opened) = &self.inner else {
+            return Ok(true);
+        };
+        // ROWS_PER_BATCH (256) fits in u32.
+        let mut stream = opened
+            .file
+            .read_range(
+                0..opened.file.num_rows(),
+                None,
+                super::ROWS_PER_BATCH as u32,
+            )
+            .await?;
+        while let Some(batch) = stream.try_next().await? {
+            let values = batch
+                .column_by_name(VALUE_COLUMN)
+                .ok_or_else(|| Error::corrupt(WHAT, "missing value column"))?
+                .clone();
+            let keys = [values];
+            for (row, posting) in decode_postings(&batch)?.iter().enumerate() {
+                let row = u32::try_from(row)
+                    .map_err(|_| Error::corrupt(WHAT, "a read batch over u32::MAX rows"))?;
+                expand_posting(&keys, row, posting, sink).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// One entry per row, nulls included (the null posting).
+    fn expected_entries(&self, rows: &RecordBatch) -> Result<Option<IndexEntries>> {
+        let (values, addresses) = value_and_addresses(rows)?;
+        Ok(Some(IndexEntries {
+            keys: vec![values.clone()],
+            addresses: addresses.clone(),
+        }))
     }
 }
 

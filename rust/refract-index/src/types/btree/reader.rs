@@ -5,6 +5,7 @@
 use std::ops::{Bound, Range};
 use std::sync::Arc;
 
+use arrow_array::{Array, RecordBatch, UInt32Array};
 use async_trait::async_trait;
 use refract_core::{CacheKey, CacheNamespace, DeepSize, Error, KeyParts, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
@@ -15,7 +16,10 @@ use super::lookup::{self, PageEntry};
 use super::{BTreeDetails, PAGE_LOOKUP_FILE};
 use crate::keys::{interval_meets, interval_within, range_is_empty, Key, KeyColumn, KeyKind};
 use crate::types::addresses::bounded_pieces;
-use crate::types::{IndexContext, IndexQuery, IndexSegmentReader, SearchResult};
+use crate::types::entries::{take_entries, value_and_addresses};
+use crate::types::{
+    EntrySink, IndexContext, IndexEntries, IndexQuery, IndexSegmentReader, SearchResult,
+};
 
 /// An opened btree segment.
 pub struct BTreeSegment {
@@ -241,6 +245,51 @@ impl IndexSegmentReader for BTreeSegment {
             all.extend(addresses.iter().flatten());
         }
         Ok(all)
+    }
+
+    /// Every stored (value, address), tombstones left out, in file order.
+    async fn visit_entries(&self, sink: &mut dyn EntrySink) -> Result<bool> {
+        let Some(opened) = &self.inner else {
+            return Ok(true);
+        };
+        for piece in bounded_pieces(0..opened.files.entries(), VALUE_READ_ROWS) {
+            let (values, addresses) = futures::try_join!(
+                opened.files.read_values(piece.clone()),
+                opened.files.read_addresses(piece)
+            )?;
+            if values.len() != addresses.len() {
+                return Err(Error::corrupt(
+                    "btree values",
+                    format!(
+                        "read {} values but {} addresses",
+                        values.len(),
+                        addresses.len()
+                    ),
+                ));
+            }
+            let live: UInt32Array = (0..addresses.len())
+                .filter(|i| addresses.is_valid(*i))
+                .filter_map(|i| u32::try_from(i).ok())
+                .collect();
+            let stored: Vec<u64> = addresses.iter().flatten().collect();
+            sink.accept(take_entries(&[values], &live, stored)?).await?;
+        }
+        Ok(true)
+    }
+
+    /// One entry per row with a non-null value (nulls are not stored).
+    fn expected_entries(&self, rows: &RecordBatch) -> Result<Option<IndexEntries>> {
+        let (values, addresses) = value_and_addresses(rows)?;
+        let kept: UInt32Array = (0..values.len())
+            .filter(|i| values.is_valid(*i))
+            .filter_map(|i| u32::try_from(i).ok())
+            .collect();
+        let stored = kept
+            .values()
+            .iter()
+            .map(|i| addresses.value(*i as usize))
+            .collect();
+        Ok(Some(take_entries(std::slice::from_ref(values), &kept, stored)?))
     }
 }
 

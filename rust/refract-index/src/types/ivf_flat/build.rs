@@ -3,7 +3,7 @@
 //! [`super::stream`] for how a build runs them in bounded memory).
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float32Type, UInt64Type};
+use arrow_array::types::Float32Type;
 use arrow_array::{Array, RecordBatch, UInt64Array};
 use arrow_schema::DataType;
 use refract_core::{Error, Result};
@@ -11,10 +11,9 @@ use refract_core::{Error, Result};
 use super::distance::partition_distance;
 use super::kmeans::{train, KMeansParams};
 use super::layout::{vectors_batch, IvfLayout};
+use crate::types::entries::value_and_addresses;
 use crate::types::{IndexParams, Metric};
 
-/// Name of the row-address column in build input.
-const ROW_ADDR_COLUMN: &str = "_rowaddr";
 /// Upper bound of the default partition count (`sqrt(rows)`).
 pub const MAX_DEFAULT_PARTITIONS: usize = 4096;
 /// Default training rows per partition.
@@ -41,23 +40,7 @@ impl BatchVectors {
     /// neighbours). `dim` is the dimension of earlier batches (0: none yet);
     /// another one is InvalidInput.
     pub fn read(batch: &RecordBatch, dim: usize) -> Result<Self> {
-        let addrs = batch
-            .column_by_name(ROW_ADDR_COLUMN)
-            .and_then(|c| c.as_primitive_opt::<UInt64Type>())
-            .filter(|c| c.null_count() == 0)
-            .ok_or_else(|| {
-                Error::invalid_input(
-                    "ivf_flat build input needs a non-null UInt64 `_rowaddr` column",
-                )
-            })?;
-        let (position, _) = batch
-            .schema()
-            .fields()
-            .iter()
-            .enumerate()
-            .find(|(_, f)| f.name() != ROW_ADDR_COLUMN)
-            .ok_or_else(|| Error::invalid_input("ivf_flat build input has no vector column"))?;
-        let column = batch.column(position);
+        let (column, addrs) = value_and_addresses(batch)?;
         let list = column.as_fixed_size_list_opt().ok_or_else(|| {
             Error::invalid_input(format!(
                 "ivf_flat indexes FixedSizeList<Float32>, not {}",

@@ -2,18 +2,24 @@
 
 use std::ops::Range;
 
-use arrow_array::RecordBatch;
+use std::sync::Arc;
+
+use arrow::buffer::Buffer;
+use arrow_array::{FixedSizeBinaryArray, RecordBatch, UInt32Array, UInt64Array};
 use async_trait::async_trait;
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
 use roaring::RoaringTreemap;
 
+use super::build::{assign, BatchVectors};
 use super::distance::{distance, partition_distance};
 use super::layout::{vector_values, IvfLayout, VECTOR_COLUMN};
 use super::topk::TopK;
 use super::{open_file, IvfFlatDetails};
 use crate::types::addresses::{bounded_pieces, read_addresses, read_column};
-use crate::types::{IndexContext, IndexQuery, IndexSegmentReader, Metric, SearchResult};
+use crate::types::{
+    EntrySink, IndexContext, IndexEntries, IndexQuery, IndexSegmentReader, Metric, SearchResult,
+};
 
 /// Rows per read of a partition (one translation batch).
 const READ_BATCH_ROWS: u64 = 65_536;
@@ -155,4 +161,68 @@ impl IndexSegmentReader for IvfFlatSegment {
         }
         Ok(all)
     }
+
+    /// Every stored (partition, vector bytes, address), tombstones left out.
+    async fn visit_entries(&self, sink: &mut dyn EntrySink) -> Result<bool> {
+        let dim = self.layout.dim;
+        for p in 0..self.layout.partitions() {
+            let partition = u32::try_from(p)
+                .map_err(|_| Error::corrupt(WHAT, "more than u32::MAX partitions"))?;
+            // `p` is below `partitions()`.
+            let rows = self.layout.partition_rows(p).unwrap_or(0..0);
+            for step in bounded_pieces(rows, READ_BATCH_ROWS) {
+                let vectors = read_column(&self.vectors, VECTOR_COLUMN, step.clone(), WHAT).await?;
+                let batch = RecordBatch::try_from_iter([(VECTOR_COLUMN, vectors)])
+                    .map_err(|e| Error::external("assembling ivf_flat vectors", e))?;
+                let values = vector_values(&batch, dim)?;
+                let addrs = read_addresses(&self.addresses, step, WHAT).await?;
+                let mut kept_values = Vec::with_capacity(values.len());
+                let mut kept_addrs = Vec::with_capacity(addrs.len());
+                for (addr, v) in addrs.iter().zip(values.chunks_exact(dim)) {
+                    if let Some(addr) = addr {
+                        kept_values.extend_from_slice(v);
+                        kept_addrs.push(addr);
+                    }
+                }
+                let partitions = vec![partition; kept_addrs.len()];
+                sink.accept(entries(dim, partitions, &kept_values, kept_addrs)?)
+                    .await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// One entry per non-null vector, in the partition of its nearest centroid.
+    fn expected_entries(&self, rows: &RecordBatch) -> Result<Option<IndexEntries>> {
+        let dim = self.layout.dim;
+        let vectors = BatchVectors::read(rows, dim)?;
+        let partitions = vectors
+            .values
+            .chunks_exact(dim)
+            .map(|v| assign(&self.layout.centroids, dim, self.metric, v))
+            .collect();
+        Ok(Some(entries(
+            dim,
+            partitions,
+            &vectors.values,
+            vectors.addrs,
+        )?))
+    }
+}
+
+/// Entries keyed by partition and the vector's bytes.
+fn entries(
+    dim: usize,
+    partitions: Vec<u32>,
+    values: &[f32],
+    addresses: Vec<u64>,
+) -> Result<IndexEntries> {
+    let width = i32::try_from(dim * std::mem::size_of::<f32>())
+        .map_err(|_| Error::corrupt(WHAT, format!("vector dimension {dim} is too large")))?;
+    let bytes = FixedSizeBinaryArray::try_new(width, Buffer::from_slice_ref(values), None)
+        .map_err(|e| Error::external("assembling ivf_flat vector bytes", e))?;
+    Ok(IndexEntries {
+        keys: vec![Arc::new(UInt32Array::from(partitions)), Arc::new(bytes)],
+        addresses: UInt64Array::from(addresses),
+    })
 }

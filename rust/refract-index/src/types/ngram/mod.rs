@@ -22,8 +22,7 @@ pub mod trigram;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::UInt64Type;
-use arrow_array::{Array, RecordBatch, UInt32Array};
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use arrow_schema::DataType;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -33,16 +32,16 @@ use refract_table::io::{read_ahead, LanceFileReader, RelativePath, WindowSize};
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 
+use super::entries::{expand_posting, value_and_addresses};
 use super::{
-    IndexContext, IndexParams, IndexQuery, IndexSegmentReader, IndexType, SearchResult, Translator,
+    EntrySink, IndexContext, IndexEntries, IndexParams, IndexQuery, IndexSegmentReader, IndexType,
+    SearchResult, Translator,
 };
 use crate::posting::TranslationMemo;
 use posting::{intersect_all, PostingBuilder};
 use storage::{decode_posting, posting_column, postings_path, trigram_column, PostingsWriter};
 use trigram::{needle_is_indexable, trigrams, Trigram};
 
-/// Name of the row-address column in build input.
-const ROW_ADDR_COLUMN: &str = "_rowaddr";
 /// On-disk layout version.
 const FORMAT_VERSION: u32 = 1;
 /// Decoded posting bytes a remap window aims at: a dense posting is hundreds
@@ -117,21 +116,14 @@ fn check_postings(reader: LanceFileReader, details: &NgramDetails) -> Result<Lan
 
 /// Adds the string values of one input batch to `builder`.
 fn add_batch(builder: &mut PostingBuilder, batch: &RecordBatch) -> Result<()> {
-    let addrs = batch
-        .column_by_name(ROW_ADDR_COLUMN)
-        .and_then(|c| c.as_primitive_opt::<UInt64Type>())
-        .filter(|c| c.null_count() == 0)
-        .ok_or_else(|| {
-            Error::invalid_input("ngram build input needs a non-null UInt64 `_rowaddr` column")
-        })?;
-    let (position, _) = batch
-        .schema()
-        .fields()
-        .iter()
-        .enumerate()
-        .find(|(_, f)| f.name() != ROW_ADDR_COLUMN)
-        .ok_or_else(|| Error::invalid_input("ngram build input has no value column"))?;
-    let values = batch.column(position);
+    let (_, addrs) = value_and_addresses(batch)?;
+    for_each_string(batch, |row, value| builder.add(value, addrs.value(row)))
+}
+
+/// Calls `visit` with the row and value of every non-null string of the
+/// value column of a `(value, _rowaddr)` batch.
+fn for_each_string(batch: &RecordBatch, mut visit: impl FnMut(usize, &str)) -> Result<()> {
+    let (values, _) = value_and_addresses(batch)?;
     let strings: Box<dyn Iterator<Item = Option<&str>>> = match values.data_type() {
         DataType::Utf8 => Box::new(values.as_string::<i32>().iter()),
         DataType::LargeUtf8 => Box::new(values.as_string::<i64>().iter()),
@@ -142,9 +134,9 @@ fn add_batch(builder: &mut PostingBuilder, batch: &RecordBatch) -> Result<()> {
             )));
         }
     };
-    for (value, addr) in strings.zip(addrs.values().iter()) {
+    for (row, value) in strings.enumerate() {
         if let Some(value) = value {
-            builder.add(value, *addr);
+            visit(row, value);
         }
     }
     Ok(())
@@ -382,5 +374,45 @@ impl IndexSegmentReader for NgramSegment {
         let mut all = RoaringTreemap::new();
         self.for_each_posting(|_, posting| all |= posting).await?;
         Ok(all)
+    }
+
+    /// Every (trigram, address) of every posting.
+    async fn visit_entries(&self, sink: &mut dyn EntrySink) -> Result<bool> {
+        if self.trigrams.is_empty() {
+            return Ok(true);
+        }
+        let mut batches = self
+            .reader
+            .read_range(0..self.reader.num_rows(), None, SCAN_READ_ROWS)
+            .await?;
+        while let Some(batch) = batches.try_next().await? {
+            let keys: [ArrayRef; 1] = [Arc::new(trigram_column(&batch)?.clone())];
+            let postings = posting_column(&batch)?;
+            for row in 0..postings.len() {
+                let posting = decode_posting(postings, row)?;
+                // A read batch holds at most SCAN_READ_ROWS rows.
+                let row = u32::try_from(row)
+                    .map_err(|_| Error::corrupt("ngram postings file", "batch too large"))?;
+                expand_posting(&keys, row, &posting, sink).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// One entry per distinct trigram of each non-null value.
+    fn expected_entries(&self, rows: &RecordBatch) -> Result<Option<IndexEntries>> {
+        let mut keys = Vec::new();
+        let mut addresses = Vec::new();
+        let (_, stored) = value_and_addresses(rows)?;
+        for_each_string(rows, |row, value| {
+            for trigram in trigrams(value) {
+                keys.push(trigram);
+                addresses.push(stored.value(row));
+            }
+        })?;
+        Ok(Some(IndexEntries {
+            keys: vec![Arc::new(UInt32Array::from(keys))],
+            addresses: addresses.into(),
+        }))
     }
 }
