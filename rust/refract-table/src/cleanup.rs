@@ -94,7 +94,10 @@ async fn unreferenced_row_maps(
 
 /// Files, and index and row-map directories (with a trailing `/`), that
 /// `versions` reference.
-async fn referenced_paths(dataset: &Dataset, versions: &[u64]) -> Result<HashSet<String>> {
+pub(crate) async fn referenced_paths(
+    dataset: &Dataset,
+    versions: &[u64],
+) -> Result<HashSet<String>> {
     let mut referenced = HashSet::new();
     for version in versions {
         let manifest = dataset.load_manifest(*version).await?;
@@ -119,7 +122,7 @@ async fn referenced_paths(dataset: &Dataset, versions: &[u64]) -> Result<HashSet
 
 /// True when `path` is referenced directly or lies in a referenced index or
 /// row-map directory.
-fn is_referenced(referenced: &HashSet<String>, path: &RelativePath) -> bool {
+pub(crate) fn is_referenced(referenced: &HashSet<String>, path: &RelativePath) -> bool {
     if referenced.contains(path.as_str()) {
         return true;
     }

@@ -14,7 +14,9 @@ pub mod format;
 pub mod io;
 pub mod predicate;
 pub mod references;
+pub mod retention;
 pub mod session;
+pub mod tags;
 pub mod task;
 pub mod testing;
 pub mod transaction;
@@ -26,7 +28,9 @@ pub use dataset::{
     WriteOptions, ROW_ADDRESS_COLUMN,
 };
 pub use format::{DataFile, DeletionFileRef, Fragment, IndexMetadata, Manifest};
+pub use retention::{cleanup_old_versions, RemovedFile, RetentionPolicy, RetentionReport};
 pub use session::Session;
+pub use tags::{create_tag, delete_tag, list_tags, tag_version};
 pub use transaction::{Operation, RewriteGroup, Transaction};
 pub use verify::{
     verify_dataset, IndexDataReport, UncheckedSegment, VerifyOptions, VerifyProblem,

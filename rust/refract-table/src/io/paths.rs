@@ -21,6 +21,8 @@ pub const DELETIONS_DIR: &str = "_deletions";
 pub const INDICES_DIR: &str = "_indices";
 /// Directory holding one sub-directory per stable-partition row map.
 pub const FRI_DIR: &str = "_fri";
+/// Directory holding one small JSON file per tag.
+pub const TAGS_DIR: &str = "_refs/tags";
 /// File name of a row map inside its directory.
 const ROW_MAP_FILE: &str = "stable_partition.lance";
 
