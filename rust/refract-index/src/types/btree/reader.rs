@@ -289,7 +289,11 @@ impl IndexSegmentReader for BTreeSegment {
             .iter()
             .map(|i| addresses.value(*i as usize))
             .collect();
-        Ok(Some(take_entries(std::slice::from_ref(values), &kept, stored)?))
+        Ok(Some(take_entries(
+            std::slice::from_ref(values),
+            &kept,
+            stored,
+        )?))
     }
 }
 
