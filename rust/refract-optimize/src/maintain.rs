@@ -6,6 +6,10 @@
 //! drops the history nobody translates through. A round that commits nothing
 //! is a fixed point: running again would change nothing either.
 //!
+//! With a retention policy, old versions expire once the rounds are done
+//! (`cleanup_old_versions`): the files the rounds replaced go as soon as no
+//! retained version references them.
+//!
 //! With `reindex`, every user index also gets a segment for the live fragments
 //! no segment stores directly (new data, and destinations a partially
 //! covering segment cannot claim) before the trim: the older segments become
@@ -14,7 +18,7 @@
 use refract_core::{Error, Result};
 use refract_index::manage::user_segments;
 use refract_index::{optimize_indices_with, IndexParams};
-use refract_table::Dataset;
+use refract_table::{cleanup_old_versions, Dataset, RetentionPolicy, RetentionReport};
 use serde::Serialize;
 
 use crate::compaction::{compact_files, CompactionMetrics, CompactionOptions};
@@ -37,6 +41,8 @@ pub struct MaintainOptions {
     pub until_noop: bool,
     /// Most rounds with `until_noop` (at least 1).
     pub max_rounds: usize,
+    /// Expire old versions after the rounds; `None`: keep every version.
+    pub retention: Option<RetentionPolicy>,
 }
 
 impl Default for MaintainOptions {
@@ -47,6 +53,7 @@ impl Default for MaintainOptions {
             reindex: false,
             until_noop: false,
             max_rounds: DEFAULT_MAX_ROUNDS,
+            retention: None,
         }
     }
 }
@@ -83,14 +90,23 @@ pub struct MaintainReport {
     pub converged: bool,
     /// The dataset version at the end.
     pub final_version: u64,
+    /// What the retention policy removed, when one was given.
+    pub retention: Option<RetentionReport>,
 }
 
 /// Runs maintenance rounds on `dataset` (which moves to the last committed
-/// version). Errors: InvalidInput for `max_rounds == 0` or bad compaction
-/// options; otherwise the first error of a step (earlier rounds' commits stay).
+/// version), then the retention policy, if any.
+///
+/// # Errors
+/// InvalidInput for `max_rounds == 0` or bad compaction or retention
+/// options (checked before anything runs); otherwise the first error of a
+/// step (earlier rounds' commits stay).
 pub async fn maintain(dataset: &mut Dataset, options: MaintainOptions) -> Result<MaintainReport> {
     if options.max_rounds == 0 {
         return Err(Error::invalid_input("max_rounds must be at least 1"));
+    }
+    if let Some(policy) = &options.retention {
+        policy.validate()?;
     }
     let rounds = if options.until_noop {
         options.max_rounds
@@ -124,6 +140,9 @@ pub async fn maintain(dataset: &mut Dataset, options: MaintainOptions) -> Result
         }
     }
     report.final_version = dataset.version();
+    if let Some(policy) = &options.retention {
+        report.retention = Some(cleanup_old_versions(dataset, policy).await?);
+    }
     Ok(report)
 }
 

@@ -47,6 +47,34 @@ pub struct RetentionPolicy {
     pub dry_run: bool,
 }
 
+impl RetentionPolicy {
+    /// Checks the policy keeps at least the latest version.
+    ///
+    /// # Errors
+    /// InvalidInput for `keep_last: Some(0)` or an `older_than` too large to
+    /// subtract from now.
+    pub fn validate(&self) -> Result<()> {
+        if self.keep_last == Some(0) {
+            return Err(Error::invalid_input(
+                "keep_last must be at least 1: the latest version is always kept",
+            ));
+        }
+        self.cutoff_ms().map(|_| ())
+    }
+
+    /// Commit time (ms since the epoch) at or after which a version is young.
+    fn cutoff_ms(&self) -> Result<Option<i64>> {
+        let Some(age) = self.older_than else {
+            return Ok(None);
+        };
+        let cutoff = chrono::Duration::from_std(age)
+            .ok()
+            .and_then(|age| chrono::Utc::now().checked_sub_signed(age))
+            .ok_or_else(|| Error::invalid_input(format!("older_than {age:?} is too large")))?;
+        Ok(Some(cutoff.timestamp_millis()))
+    }
+}
+
 impl Default for RetentionPolicy {
     /// Keep two weeks of versions and every tagged one.
     fn default() -> Self {
@@ -105,11 +133,7 @@ pub async fn cleanup_old_versions(
     dataset: &Dataset,
     policy: &RetentionPolicy,
 ) -> Result<RetentionReport> {
-    if policy.keep_last == Some(0) {
-        return Err(Error::invalid_input(
-            "keep_last must be at least 1: the latest version is always kept",
-        ));
-    }
+    policy.validate()?;
     let store = dataset.store();
     let versions = list_versions(store).await?;
     let Some(&latest) = versions.last() else {
@@ -120,14 +144,7 @@ pub async fn cleanup_old_versions(
     } else {
         BTreeSet::new()
     };
-    let cutoff_ms = match policy.older_than {
-        Some(age) => {
-            let age = chrono::Duration::from_std(age)
-                .map_err(|_| Error::invalid_input("older_than is too large"))?;
-            Some((chrono::Utc::now() - age).timestamp_millis())
-        }
-        None => None,
-    };
+    let cutoff_ms = policy.cutoff_ms()?;
     let newest_kept = policy.keep_last.map_or(latest, |n| {
         versions[versions.len().saturating_sub(n as usize)]
     });
