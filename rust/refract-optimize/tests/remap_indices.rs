@@ -97,7 +97,7 @@ async fn mixed_chain_remaps_every_type_onto_live_addresses() {
     // Nothing translates any more: the whole history drains.
     let trim = trim_fri(&mut dataset).await.unwrap();
     assert!(trim.fri_removed, "{trim:?}");
-    assert_eq!(trim.row_maps_deleted.len(), 1);
+    assert_eq!(trim.row_maps_released.len(), 1);
     assert!(fri_uuid(dataset.manifest()).is_none());
     assert_ne!(
         dataset.manifest().reader_flags & FLAG_FRAGMENT_REUSE_INDEX,
@@ -241,7 +241,7 @@ async fn legacy_history_is_remapped_through_the_legacy_chain() {
     assert_queries_match(&dataset, builtins()).await;
     let trim = trim_fri(&mut dataset).await.unwrap();
     assert!(
-        trim.fri_removed && trim.row_maps_deleted.is_empty(),
+        trim.fri_removed && trim.row_maps_released.is_empty(),
         "{trim:?}"
     );
     assert_eq!(

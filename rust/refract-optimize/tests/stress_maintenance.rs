@@ -87,10 +87,6 @@ struct Log {
     partitions_committed: u64,
     remaps: u64,
     trims: u64,
-    /// Row maps `trim_fri` deleted (see `row_maps_deleted_by_trim`).
-    trimmed_row_maps: HashSet<String>,
-    /// Indexed queries that failed only because trim deleted their row map.
-    known_trim_failures: usize,
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -241,13 +237,11 @@ async fn writer(uri: String, id: u64, seed: u64, ops: u64, remap: Remap, log: Ar
                 log.lock().unwrap().remaps += 1;
             }
             18 => {
-                let deleted = with_retries(&uri, &log, |mut dataset| async move {
-                    Ok(trim_fri(&mut dataset).await?.row_maps_deleted)
+                with_retries(&uri, &log, |mut dataset| async move {
+                    trim_fri(&mut dataset).await.map(|_| ())
                 })
                 .await;
-                let mut log = log.lock().unwrap();
-                log.trims += 1;
-                log.trimmed_row_maps.extend(deleted);
+                log.lock().unwrap().trims += 1;
             }
             _ => {
                 with_retries(&uri, &log, |dataset| async move {
@@ -362,24 +356,10 @@ fn partitioned(rows: &[i64], at_read_version: &[i64], boundaries: &[i64]) -> Vec
     moved
 }
 
-/// True when `err` is the documented trade-off: an indexed query at an older
-/// version needs a row map that a later `trim_fri` deleted (see
-/// `indexed_queries_before_a_trim_fail_clearly_and_scans_still_work`).
-fn row_map_deleted_by_trim(err: &Error, trimmed: &HashSet<String>) -> bool {
-    match err {
-        Error::NotFound { message } => trimmed.iter().any(|path| message.contains(path.as_str())),
-        _ => false,
-    }
-}
-
 /// Every version scans to exactly its model rows, in order, and an indexed
 /// query through the FRI resolver equals a brute-force scan and the model;
 /// returns the rows compared.
-async fn check_every_version(
-    latest: &Dataset,
-    states: &BTreeMap<u64, Vec<i64>>,
-    log: &mut Log,
-) -> usize {
+async fn check_every_version(latest: &Dataset, states: &BTreeMap<u64, Vec<i64>>) -> usize {
     let mut rows_checked = 0usize;
     for (version, expected) in states {
         let dataset = latest.checkout_version(*version).await.expect("checkout");
@@ -410,14 +390,9 @@ async fn check_every_version(
         modelled.sort_unstable();
         assert_eq!(brute, modelled, "version {version}: brute-force query");
         rows_checked += modelled.len();
-        let indexed = match query(true).await {
-            Ok(indexed) => indexed,
-            Err(err) if row_map_deleted_by_trim(&err, &log.trimmed_row_maps) => {
-                log.known_trim_failures += 1;
-                continue;
-            }
-            Err(err) => panic!("version {version}: indexed query: {err}"),
-        };
+        let indexed = query(true)
+            .await
+            .unwrap_or_else(|err| panic!("version {version}: indexed query: {err}"));
         let mut indexed_ids = ids_of(&indexed.batch);
         indexed_ids.sort_unstable();
         assert_eq!(indexed_ids, modelled, "version {version}: indexed query");
@@ -445,14 +420,14 @@ async fn run_stress(uri: String, remap: Remap) {
             });
         }
     });
-    let mut log = Arc::try_unwrap(log)
+    let log = Arc::try_unwrap(log)
         .ok()
         .expect("writers done")
         .into_inner()
         .unwrap();
     let latest = base.checkout_latest().await.expect("latest");
     let states = model(&latest, &log).await;
-    let mut rows_checked = check_every_version(&latest, &states, &mut log).await;
+    let mut rows_checked = check_every_version(&latest, &states).await;
     // Nothing is in flight now: every unreferenced file may go, and every
     // version must read exactly the same afterwards.
     let cleanup = cleanup_orphans(&latest, Duration::ZERO)
@@ -461,9 +436,9 @@ async fn run_stress(uri: String, remap: Remap) {
     // A fresh handle (new session and store): no cached deletion vector or
     // file metadata can hide a file the cleanup removed.
     let fresh = Dataset::open(&uri).await.expect("reopen");
-    rows_checked += check_every_version(&fresh, &states, &mut log).await;
+    rows_checked += check_every_version(&fresh, &states).await;
     println!(
-        "stress {uri} ({remap:?}): seed {seed}, {} writers x {ops} ops = {} ops ({} compactions, {} index builds, {} partitions ({} committed), {} remaps, {} trims), {} retries, {} versions, {rows_checked} rows checked, {} live rows, {} indexed queries failed on a row map deleted by trim",
+        "stress {uri} ({remap:?}): seed {seed}, {} writers x {ops} ops = {} ops ({} compactions, {} index builds, {} partitions ({} committed), {} remaps, {} trims), {} retries, {} versions, {rows_checked} rows checked, {} live rows",
         WRITERS,
         log.ops,
         log.compactions,
@@ -474,8 +449,7 @@ async fn run_stress(uri: String, remap: Remap) {
         log.trims,
         log.retries,
         latest.version(),
-        states[&latest.version()].len(),
-        log.known_trim_failures
+        states[&latest.version()].len()
     );
     println!(
         "stress {uri}: cleanup deleted {} orphans ({} data, {} deletion, {} index, {} row map), kept {} referenced files",
@@ -626,13 +600,12 @@ async fn a_range_partition_orders_its_run_stably_by_label() {
     assert_eq!(got, (25..45).filter(|id| id % 9 != 4).collect::<Vec<i64>>());
 }
 
-/// `trim_fri` deletes the row maps of the transitions it drops (SPEC §6), so a
-/// version from before the trim can no longer translate through them. That is
-/// the documented trade-off (docs/operations.md, "Time travel after a trim"):
-/// such an indexed query fails with a clear NotFound naming the row map —
-/// never wrong rows — and a scan of the old version keeps working.
+/// `trim_fri` drops transitions from the latest ledger but leaves their row
+/// maps on storage: a version from before the trim still translates through
+/// them, so its indexed queries keep answering exactly. Once retention
+/// expires every version that references a row map, it is deleted.
 #[tokio::test]
-async fn indexed_queries_before_a_trim_fail_clearly_and_scans_still_work() {
+async fn indexed_queries_at_a_version_before_a_trim_still_translate() {
     let mut dataset = btree_indexed_table("trim", &[(0, 60)]).await;
     let uri = dataset.uri().to_string();
     let by = PartitionBy::Range {
@@ -647,7 +620,7 @@ async fn indexed_queries_before_a_trim_fail_clearly_and_scans_still_work() {
         .await
         .unwrap();
     let trim = trim_fri(&mut dataset).await.unwrap();
-    assert_eq!(trim.row_maps_deleted.len(), 1, "{trim:?}");
+    assert_eq!(trim.row_maps_released.len(), 1, "{trim:?}");
     let old = Dataset::open_with(
         &uri,
         refract_table::OpenOptions {
@@ -657,7 +630,7 @@ async fn indexed_queries_before_a_trim_fail_clearly_and_scans_still_work() {
     )
     .await
     .unwrap();
-    let err = Query::new(&old)
+    let indexed = Query::new(&old)
         .filter("id >= 7 AND id < 53")
         .unwrap()
         .project(&["id"])
@@ -665,20 +638,36 @@ async fn indexed_queries_before_a_trim_fail_clearly_and_scans_still_work() {
         .index_use(refract_index::IndexUse::Always)
         .execute()
         .await
-        .expect_err("the row map this version translates through was trimmed");
-    let trimmed: HashSet<String> = trim.row_maps_deleted.iter().cloned().collect();
-    assert!(row_map_deleted_by_trim(&err, &trimmed), "{err}");
-    let scanned = Query::new(&old)
-        .filter("id >= 7 AND id < 53")
-        .unwrap()
-        .project(&["id"])
-        .use_index(false)
-        .execute()
-        .await
         .unwrap();
-    let mut got = ids_of(&scanned.batch);
+    let mut got = ids_of(&indexed.batch);
     got.sort_unstable();
     assert_eq!(got, (7..53).collect::<Vec<i64>>());
+    assert_eq!(indexed.explain.path, refract_index::AccessPath::Index);
+
+    // Retention: once no retained version references the row map, it goes.
+    let policy = refract_table::RetentionPolicy {
+        older_than: None,
+        keep_last: Some(1),
+        ..Default::default()
+    };
+    let report = refract_table::cleanup_old_versions(&dataset, &policy)
+        .await
+        .unwrap();
+    let removed: Vec<&str> = report.removed.iter().map(|f| f.path.as_str()).collect();
+    assert!(
+        removed.contains(&trim.row_maps_released[0].as_str()),
+        "{removed:?}"
+    );
+    let row_map = refract_table::io::RelativePath::parse(&trim.row_maps_released[0]).unwrap();
+    assert!(matches!(
+        dataset.store().head(&row_map).await,
+        Err(Error::NotFound { .. })
+    ));
+    let fresh = Dataset::open(&uri).await.unwrap();
+    assert!(matches!(
+        fresh.checkout_version(partitioned_version).await,
+        Err(Error::NotFound { .. })
+    ));
 }
 
 /// A fresh in-memory table of 10-row fragments holding `runs` of

@@ -83,10 +83,24 @@ async fn unneeded_transitions_go_and_survivors_stay_byte_exact() {
     {
         assert_eq!(a.fingerprint(), b.fingerprint(), "same canonical bytes");
     }
-    assert!(
-        !exists(&dataset, &unneeded_map).await,
-        "its row map is deleted"
+    // Released, not deleted: older versions still translate through it.
+    assert_eq!(
+        report.row_maps_released,
+        vec![row_map_path(&unneeded_map).to_string()]
     );
+    assert!(exists(&dataset, &unneeded_map).await);
+    assert!(exists(&dataset, &needed_map).await);
+    assert_queries_match(&dataset, builtins()).await;
+    // Retention deletes it once no retained version references it.
+    let only_latest = refract_table::RetentionPolicy {
+        older_than: None,
+        keep_last: Some(1),
+        ..Default::default()
+    };
+    refract_table::cleanup_old_versions(&dataset, &only_latest)
+        .await
+        .unwrap();
+    assert!(!exists(&dataset, &unneeded_map).await);
     assert!(exists(&dataset, &needed_map).await);
     assert_queries_match(&dataset, builtins()).await;
 

@@ -321,7 +321,7 @@ async fn fri_story(
     let transitions_after = describe_fri(dataset).await?.transitions.len();
     summary.add(
         "FRI transitions",
-        format!("{transitions_before} before remap → {transitions_after} after trim ({} row map(s) deleted)", trimmed.row_maps_deleted.len()),
+        format!("{transitions_before} before remap → {transitions_after} after trim ({} row map(s) released)", trimmed.row_maps_released.len()),
     );
     check_queries(dataset, "after remap and trim", summary).await?;
 

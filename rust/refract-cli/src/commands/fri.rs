@@ -158,11 +158,11 @@ pub async fn trim(at: &Location, json: bool) -> Result<()> {
         return Ok(());
     }
     crate::out!(
-        "trim: {} of {} transition(s) kept, {} removed, {} row map(s) deleted, {} superseded segment(s) pruned",
+        "trim: {} of {} transition(s) kept, {} removed, {} row map(s) released, {} superseded segment(s) pruned",
         report.transitions_kept,
         report.transitions_before,
         report.removed_transitions.len(),
-        report.row_maps_deleted.len(),
+        report.row_maps_released.len(),
         report.pruned_segments.len()
     );
     Ok(())

@@ -7,7 +7,9 @@
 //!    content (same canonical bytes, same fingerprints, same row maps). The
 //!    entry is replaced through `CreateIndex`, or removed when the ledger is
 //!    drained (the sticky FRI feature flag stays set).
-//! 3. After the commit, the row maps of removed stable partitions are deleted.
+//! 3. The row maps of removed stable partitions are released, not deleted:
+//!    versions from before the trim still translate through them, and
+//!    `cleanup_old_versions` deletes each once no retained version needs it.
 //!
 //! Nothing to prune or trim → nothing is committed. Each commit is derived
 //! again from the latest version when it loses a race (retryable conflict).
@@ -44,8 +46,11 @@ pub struct TrimReport {
     pub transitions_kept: usize,
     /// Fingerprints (hex) of the removed records.
     pub removed_transitions: Vec<String>,
-    /// Row-map files deleted (dataset-relative paths).
-    pub row_maps_deleted: Vec<String>,
+    /// Row maps the trimmed ledger no longer references (dataset-relative
+    /// paths). They stay on storage while an older version references them,
+    /// so indexed queries at that version keep translating;
+    /// `cleanup_old_versions` deletes each once no retained version does.
+    pub row_maps_released: Vec<String>,
     /// True when the drained FRI entry was removed.
     pub fri_removed: bool,
     /// The version of the trim commit, if any.
@@ -181,33 +186,18 @@ async fn trim(dataset: &mut Dataset, report: &mut TrimReport) -> Result<()> {
         report.fri_removed = drained;
         report.committed_version = Some(committed.version());
         *dataset = committed;
-        report.row_maps_deleted = delete_row_maps(dataset, &removed).await?;
+        report.row_maps_released = released_row_maps(&removed);
         Ok(())
     }
 }
 
-/// Deletes the row maps of removed stable partitions (map ids are unique per
-/// transition, so no retained transition references them). A map already
-/// gone is fine; a failed delete is logged and left to `cleanup_orphans`.
-async fn delete_row_maps(
-    dataset: &Dataset,
-    removed: &[&refract_reader::history::TransitionNode],
-) -> Result<Vec<String>> {
-    let mut deleted = Vec::new();
-    for node in removed {
-        if let Mapping::StablePartition { map_id, .. } = node.record.mapping() {
-            let path = row_map_path(map_id);
-            // The trim is already committed: a failed delete must not turn it
-            // into an error. The file stays for `cleanup_orphans`.
-            match dataset.store().delete(&path).await {
-                Ok(()) | Err(Error::NotFound { .. }) => deleted.push(path.to_string()),
-                Err(err) => tracing::warn!(
-                    path = %path,
-                    error = %err,
-                    "could not delete a trimmed row map; cleanup_orphans will remove it"
-                ),
-            }
-        }
-    }
-    Ok(deleted)
+/// The row maps of removed stable partitions.
+fn released_row_maps(removed: &[&refract_reader::history::TransitionNode]) -> Vec<String> {
+    removed
+        .iter()
+        .filter_map(|node| match node.record.mapping() {
+            Mapping::StablePartition { map_id, .. } => Some(row_map_path(map_id).to_string()),
+            _ => None,
+        })
+        .collect()
 }
