@@ -9,25 +9,10 @@ use roaring::RoaringBitmap;
 
 use crate::cache::DeepSize;
 use crate::error::{Error, Result};
+use crate::roaring_format::BitmapFrame;
 
 /// What [`Error::Corrupt`] names for a bad deletion vector.
 const WHAT: &str = "deletion vector";
-
-/// Roaring portable-format constants (see the RoaringFormatSpec).
-mod format {
-    /// Cookie of a bitmap without run containers; followed by a u32 container count.
-    pub const COOKIE_NO_RUN: u32 = 12346;
-    /// Low 16 bits of the cookie of a bitmap with run containers.
-    pub const COOKIE_RUN: u32 = 12347;
-    /// Run-format bitmaps carry an offset table only from this many containers on.
-    pub const NO_OFFSET_THRESHOLD: usize = 4;
-    /// At most 2^16 containers (one per high-16-bit key).
-    pub const MAX_CONTAINERS: usize = 1 << 16;
-    /// Containers with more values than this are stored as 8 KiB bitmaps.
-    pub const ARRAY_LIMIT: usize = 4096;
-    /// Size of a bitmap container's payload.
-    pub const BITMAP_BYTES: usize = 8192;
-}
 
 /// The deleted physical offsets of one fragment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -126,95 +111,13 @@ impl DeepSize for DeletionVector {
     }
 }
 
-/// Reads little-endian integers from a byte slice with bounds checks.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|end| *end <= self.bytes.len())
-            .ok_or_else(|| {
-                Error::corrupt(
-                    WHAT,
-                    format!(
-                        "truncated: need {n} bytes at {} of {}",
-                        self.pos,
-                        self.bytes.len()
-                    ),
-                )
-            })?;
-        let slice = &self.bytes[self.pos..end];
-        self.pos = end;
-        Ok(slice)
-    }
-
-    fn u16(&mut self) -> Result<u16> {
-        let b = self.take(2)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-}
-
-/// Walks the portable-format framing and checks that every section the header
-/// announces is present and that nothing trails it, so the decoder that runs next
-/// never allocates for data that is not there.
+/// Checks the portable-format framing (every announced section present,
+/// nothing trailing) so the decoder that runs next never allocates for data
+/// that is not there.
 fn check_framing(bytes: &[u8]) -> Result<()> {
-    let mut cur = Cursor { bytes, pos: 0 };
-    let cookie = cur.u32()?;
-    let (containers, has_offsets, run_flags) = if cookie == format::COOKIE_NO_RUN {
-        let n = cur.u32()? as usize;
-        (n, true, None)
-    } else if cookie & 0xFFFF == format::COOKIE_RUN {
-        let n = (cookie >> 16) as usize + 1;
-        let flags = cur.take(n.div_ceil(8))?;
-        (n, n >= format::NO_OFFSET_THRESHOLD, Some(flags))
-    } else {
-        return Err(Error::corrupt(
-            WHAT,
-            format!("unknown roaring cookie {cookie:#x}"),
-        ));
-    };
-    if containers > format::MAX_CONTAINERS {
-        return Err(Error::corrupt(
-            WHAT,
-            format!("{containers} containers exceed the maximum of 65536"),
-        ));
-    }
-    let descriptions = cur.take(containers * 4)?;
-    if has_offsets {
-        cur.take(containers * 4)?;
-    }
-    for i in 0..containers {
-        // `descriptions` holds exactly 4 bytes per container (taken above).
-        let card =
-            u16::from_le_bytes([descriptions[i * 4 + 2], descriptions[i * 4 + 3]]) as usize + 1;
-        // `run_flags` holds ceil(containers / 8) bytes, so index i / 8 exists.
-        let is_run = run_flags.is_some_and(|flags| flags[i / 8] & (1 << (i % 8)) != 0);
-        if is_run {
-            let runs = cur.u16()? as usize;
-            cur.take(runs * 4)?;
-        } else if card <= format::ARRAY_LIMIT {
-            cur.take(card * 2)?;
-        } else {
-            cur.take(format::BITMAP_BYTES)?;
-        }
-    }
-    if cur.pos != bytes.len() {
-        return Err(Error::corrupt(
-            WHAT,
-            format!("{} trailing bytes after the bitmap", bytes.len() - cur.pos),
-        ));
-    }
-    Ok(())
+    BitmapFrame::read_exact(bytes)
+        .map(|_| ())
+        .map_err(|e| Error::corrupt(WHAT, e.to_string()))
 }
 
 #[cfg(test)]

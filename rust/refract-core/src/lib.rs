@@ -33,6 +33,7 @@ mod ranked;
 pub mod remap;
 #[cfg(test)]
 mod remap_props;
+pub mod roaring_format;
 pub mod translate;
 
 pub use chain::RemapChain;

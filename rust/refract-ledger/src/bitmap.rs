@@ -13,15 +13,11 @@ use std::ops::Range;
 
 use roaring::{RoaringBitmap, RoaringTreemap};
 
+use refract_core::roaring_format::{BitmapFrame, ByteCursor};
+
 use crate::model::FragmentDigest;
 use crate::violation::{Checked, Violation};
 
-const SERIAL_COOKIE_NO_RUNCONTAINER: u32 = 12346;
-const SERIAL_COOKIE: u32 = 12347;
-const NO_OFFSET_THRESHOLD: usize = 4;
-const MAX_CONTAINERS: usize = 1 << 16;
-const ARRAY_LIMIT: usize = 4096;
-const BITMAP_CONTAINER_BYTES: usize = 8192;
 const ROWS_PER_CONTAINER: u64 = 1 << 16;
 
 /// Per-source facts the bitmap must agree with.
@@ -152,54 +148,14 @@ pub(crate) fn serialize(surviving: &RoaringTreemap) -> Vec<u8> {
     out
 }
 
-/// Byte cursor over the serialized form; every read is bounds-checked.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, len: usize) -> Checked<&'a [u8]> {
-        let end = self
-            .pos
-            .checked_add(len)
-            .filter(|end| *end <= self.bytes.len());
-        match end {
-            Some(end) => {
-                // `pos <= end <= bytes.len()` by the filter above.
-                let out = &self.bytes[self.pos..end];
-                self.pos = end;
-                Ok(out)
-            }
-            None => Err(Violation::invalid("surviving bitmap is truncated")),
-        }
-    }
-
-    // `take(n)` returns exactly `n` bytes, so the fixed indices below hold.
-    fn u16(&mut self) -> Checked<u16> {
-        let b = self.take(2)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-
-    fn u32(&mut self) -> Checked<u32> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn u64(&mut self) -> Checked<u64> {
-        let lo = u64::from(self.u32()?);
-        let hi = u64::from(self.u32()?);
-        Ok(lo | hi << 32)
-    }
-}
-
 /// Walks the treemap headers; returns each partition's key and byte range.
 fn scan_treemap(
     bytes: &[u8],
     rows: &HashMap<u64, SourceRows>,
 ) -> Checked<Vec<(u32, Range<usize>)>> {
-    let mut cur = Cursor { bytes, pos: 0 };
-    let count = cur.u64()?;
+    let truncated = || Violation::invalid("surviving bitmap is truncated");
+    let mut cur = ByteCursor::new(bytes);
+    let count = cur.u64().ok_or_else(truncated)?;
     if count > rows.len() as u64 {
         return Err(Violation::invalid(format!(
             "surviving bitmap has {count} fragments but the transition has {} sources",
@@ -209,7 +165,7 @@ fn scan_treemap(
     let mut out = Vec::new();
     let mut previous: Option<u32> = None;
     for _ in 0..count {
-        let key = cur.u32()?;
+        let key = cur.u32().ok_or_else(truncated)?;
         if previous.is_some_and(|p| key <= p) {
             return Err(Violation::invalid(
                 "surviving bitmap fragments are not strictly ascending",
@@ -217,15 +173,17 @@ fn scan_treemap(
         }
         previous = Some(key);
         let source = source_for(key, rows)?;
-        let start = cur.pos;
-        let summary = scan_bitmap(&mut cur)?;
-        if summary.cardinality != source.live {
+        let start = cur.position();
+        let frame = BitmapFrame::read(&mut cur)
+            .map_err(|e| Violation::invalid(format!("surviving bitmap: {e}")))?;
+        if frame.cardinality() != source.live {
             return Err(Violation::invalid(format!(
                 "surviving bitmap keeps {} rows of fragment {key} but its digest has {} live rows",
-                summary.cardinality, source.live
+                frame.cardinality(),
+                source.live
             )));
         }
-        if let Some(high) = summary.max_container {
+        if let Some(high) = frame.max_key() {
             if u64::from(high) * ROWS_PER_CONTAINER >= source.physical {
                 return Err(Violation::invalid(format!(
                     "surviving bitmap of fragment {key} has offsets beyond its {} physical rows",
@@ -233,66 +191,13 @@ fn scan_treemap(
                 )));
             }
         }
-        out.push((key, start..cur.pos));
+        out.push((key, start..cur.position()));
     }
-    if cur.pos != bytes.len() {
+    if cur.remaining() != 0 {
         return Err(Violation::invalid(format!(
             "surviving bitmap has {} trailing bytes",
-            bytes.len() - cur.pos
+            cur.remaining()
         )));
     }
     Ok(out)
-}
-
-struct BitmapSummary {
-    cardinality: u64,
-    max_container: Option<u16>,
-}
-
-/// Walks one 32-bit roaring bitmap's headers and skips its containers.
-fn scan_bitmap(cur: &mut Cursor<'_>) -> Checked<BitmapSummary> {
-    let cookie = cur.u32()?;
-    let (size, has_offsets, run_flags) = if cookie == SERIAL_COOKIE_NO_RUNCONTAINER {
-        let size = cur.u32()? as usize;
-        (size, true, None)
-    } else if cookie & 0xFFFF == SERIAL_COOKIE {
-        let size = (cookie >> 16) as usize + 1;
-        let flags = cur.take(size.div_ceil(8))?;
-        (size, size >= NO_OFFSET_THRESHOLD, Some(flags))
-    } else {
-        return Err(Violation::invalid(
-            "surviving bitmap has an unknown roaring cookie",
-        ));
-    };
-    if size > MAX_CONTAINERS {
-        return Err(Violation::invalid(
-            "surviving bitmap has too many containers",
-        ));
-    }
-    let descriptions = cur.take(size * 4)?;
-    if has_offsets {
-        cur.take(size * 4)?;
-    }
-    let mut cardinality = 0u64;
-    let mut max_container = None;
-    for (i, description) in descriptions.chunks_exact(4).enumerate() {
-        let key = u16::from_le_bytes([description[0], description[1]]);
-        let card = usize::from(u16::from_le_bytes([description[2], description[3]])) + 1;
-        let is_run =
-            run_flags.is_some_and(|f| f.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0));
-        if is_run {
-            let runs = usize::from(cur.u16()?);
-            cur.take(runs * 4)?;
-        } else if card <= ARRAY_LIMIT {
-            cur.take(card * 2)?;
-        } else {
-            cur.take(BITMAP_CONTAINER_BYTES)?;
-        }
-        cardinality += card as u64;
-        max_container = max_container.max(Some(key));
-    }
-    Ok(BitmapSummary {
-        cardinality,
-        max_container,
-    })
 }
