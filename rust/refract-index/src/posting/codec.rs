@@ -1,0 +1,79 @@
+//! The stored form of a posting: `(high, length, portable roaring part)` parts.
+
+use roaring::{RoaringBitmap, RoaringTreemap};
+
+use refract_core::{DeletionVector, Error, Result};
+
+/// Every 32-bit offset is a valid member of a part.
+const PART_DOMAIN: u64 = 1 << 32;
+
+/// Encodes `posting`.
+pub fn encode(posting: &RoaringTreemap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(posting.serialized_size());
+    for (high, bitmap) in posting.bitmaps() {
+        if bitmap.is_empty() {
+            continue;
+        }
+        let mut part = Vec::with_capacity(bitmap.serialized_size());
+        // Serializing into a Vec cannot fail.
+        let _ = bitmap.serialize_into(&mut part);
+        out.extend_from_slice(&high.to_le_bytes());
+        // A 32-bit bitmap serializes to far less than 4 GiB (at most 2^16 8 KiB containers + headers).
+        out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        out.extend_from_slice(&part);
+    }
+    out
+}
+
+/// Decodes a posting written by [`encode`]; `what` names it in errors.
+pub fn decode(bytes: &[u8], what: &str) -> Result<RoaringTreemap> {
+    let mut parts: Vec<(u32, RoaringBitmap)> = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (high, body, next) = split_part(rest, parts.last().map(|(h, _)| *h), what)?;
+        parts.push((high, decode_part(body, high, what)?));
+        rest = next;
+    }
+    Ok(RoaringTreemap::from_bitmaps(parts))
+}
+
+/// Splits the next `(high, part bytes, rest)` off an encoded posting, checking
+/// that `high` follows `previous`.
+pub(super) fn split_part<'a>(
+    bytes: &'a [u8],
+    previous: Option<u32>,
+    what: &str,
+) -> Result<(u32, &'a [u8], &'a [u8])> {
+    let (high, len, tail) = header(bytes, what)?;
+    if previous.is_some_and(|prev| prev >= high) {
+        return Err(Error::corrupt(
+            what,
+            "posting parts are not strictly increasing",
+        ));
+    }
+    if tail.len() < len {
+        return Err(Error::corrupt(
+            what,
+            format!("posting part needs {len} bytes, {} remain", tail.len()),
+        ));
+    }
+    let (body, next) = tail.split_at(len);
+    Ok((high, body, next))
+}
+
+/// Decodes one part through the core's framing-checked decoder.
+pub(super) fn decode_part(body: &[u8], high: u32, what: &str) -> Result<RoaringBitmap> {
+    Ok(DeletionVector::from_bytes(body, PART_DOMAIN)
+        .map_err(|e| Error::corrupt(what, format!("posting part {high}: {e}")))?
+        .into_bitmap())
+}
+
+fn header<'a>(bytes: &'a [u8], what: &str) -> Result<(u32, usize, &'a [u8])> {
+    if bytes.len() < 8 {
+        return Err(Error::corrupt(what, "truncated posting part header"));
+    }
+    let (head, tail) = bytes.split_at(8);
+    let high = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+    Ok((high, len, tail))
+}
