@@ -18,8 +18,11 @@ pub const MAX_FRAGMENT_ID_EXCLUSIVE: u64 = u32::MAX as u64;
 /// The most physical rows a fragment can have (offsets are 32-bit).
 pub const MAX_PHYSICAL_ROWS: u64 = u32::MAX as u64;
 
-/// The most destinations a stable partition can address (labels are UInt16).
-pub const MAX_PARTITION_DESTINATIONS: usize = 1 << 16;
+/// The most destinations a stable partition can address: row-map labels are
+/// UInt16 and the largest value, 65,535, is the row map reader's deleted-row
+/// sentinel, so destinations are labelled 0..=65,534. The one limit for the
+/// ledger, the row map and the partition options.
+pub const MAX_PARTITION_DESTINATIONS: u32 = u16::MAX as u32;
 
 /// Checks both digest lists and row conservation.
 pub(crate) fn check_sides(sources: &[FragmentDigest], destinations: &[FragmentDigest]) -> Checked {
@@ -93,7 +96,7 @@ pub(crate) fn check_mapping(mapping: &Mapping, destinations: &[FragmentDigest]) 
             if *map_size_bytes == 0 {
                 return Err(Violation::invalid("stable partition map_size_bytes is 0"));
             }
-            if destinations.is_empty() || destinations.len() > MAX_PARTITION_DESTINATIONS {
+            if destinations.is_empty() || destinations.len() > MAX_PARTITION_DESTINATIONS as usize {
                 return Err(Violation::invalid(format!(
                     "stable partition has {} destinations; it needs 1 to {MAX_PARTITION_DESTINATIONS}",
                     destinations.len()

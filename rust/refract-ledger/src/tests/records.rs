@@ -283,6 +283,25 @@ fn writer_stable_partition_rules_are_invalid_input() {
     )
     .unwrap_err();
     assert_invalid_input(&err);
+    // The edge: 65,535 destinations (labels 0..=65,534) are fine, one more is not.
+    let partition = |n: u64| {
+        TransitionRecord::new(
+            vec![d(1, n, 0)],
+            (0..n).map(|i| d(100 + i, 1, 0)).collect(),
+            Mapping::StablePartition {
+                map_id: id,
+                map_size_bytes: 1,
+                map_checksum: None,
+            },
+            1,
+        )
+    };
+    let limit = u64::from(crate::MAX_PARTITION_DESTINATIONS);
+    assert_eq!(limit, 65_535);
+    assert!(partition(limit).is_ok());
+    let err = partition(limit + 1).unwrap_err();
+    assert_invalid_input(&err);
+    assert!(err.to_string().contains("it needs 1 to 65535"), "{err}");
     let too_many: Vec<_> = (0..65_537u64).map(|i| d(100 + i, 1, 0)).collect();
     let err = TransitionRecord::new(
         vec![d(1, 65_537, 0)],

@@ -19,8 +19,8 @@ pub const BLOCK_ROWS: u32 = 65_536;
 pub const MAGIC: &[u8; 4] = b"RFRM";
 /// The only counts format version this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
-/// Most destinations a stable partition may have (labels are UInt16).
-pub const MAX_DESTINATIONS: u32 = u16::MAX as u32;
+/// Most destinations a stable partition may have: the ledger's limit.
+pub use refract_ledger::MAX_PARTITION_DESTINATIONS as MAX_DESTINATIONS;
 const HEADER_BYTES: usize = 4 + 4 + 4 + 8 + 4 + 8;
 
 /// The validated counts matrix of one row map.
@@ -40,6 +40,11 @@ impl CountsMatrix {
         num_destinations: u32,
         per_block: &[Vec<u64>],
     ) -> Result<Self> {
+        if num_destinations == 0 || num_destinations > MAX_DESTINATIONS {
+            return Err(Error::invalid_input(format!(
+                "a stable partition needs 1..={MAX_DESTINATIONS} destinations, got {num_destinations}"
+            )));
+        }
         let width = num_destinations as usize;
         let mut counts = Vec::with_capacity((per_block.len() + 1) * width);
         let mut running = vec![0u64; width];
@@ -281,6 +286,27 @@ mod tests {
     fn sample() -> CountsMatrix {
         // 70,000 rows: block 0 full, block 1 holds 4,464 rows.
         CountsMatrix::from_histograms(70_000, 2, &[vec![30_000, 35_536], vec![4_000, 400]]).unwrap()
+    }
+
+    #[test]
+    fn the_destination_limit_is_the_ledgers() {
+        let limit = refract_ledger::MAX_PARTITION_DESTINATIONS;
+        let one_row_each = |n: u32| {
+            let mut histogram = vec![0u64; n as usize];
+            histogram[0] = 1;
+            CountsMatrix::from_histograms(1, n, &[histogram])
+        };
+        let matrix = one_row_each(limit).unwrap();
+        assert_eq!(CountsMatrix::decode(&matrix.encode()).unwrap(), matrix);
+        assert!(one_row_each(limit + 1).is_err());
+        // A stored matrix announcing one more destination is refused too.
+        let mut bytes = matrix.encode();
+        // num_destinations sits after magic, version, block rows and num_rows.
+        bytes[20..24].copy_from_slice(&(limit + 1).to_le_bytes());
+        assert!(matches!(
+            CountsMatrix::decode(&bytes),
+            Err(Error::Corrupt { .. })
+        ));
     }
 
     #[test]

@@ -11,11 +11,9 @@ use refract_core::{Error, Result};
 use roaring::RoaringTreemap;
 
 use crate::posting::TreemapAssembler;
+use crate::translate::MAX_TRANSLATION_BATCH;
 
 use super::trigram::{trigrams, Trigram};
-
-/// The largest slice of addresses handed to a translator in one call.
-pub const MAX_TRANSLATION_BATCH: usize = 65_536;
 
 /// Accumulates postings while a segment is built.
 #[derive(Debug, Default)]
