@@ -1,48 +1,20 @@
-//! The FRI system entry and the metadata-only lookups on it.
+//! Metadata-only lookups on the FRI system entry (what its details say about
+//! the ledger's size and location). Recognising and finding the entry live in
+//! `refract_table::commit::fri_entry`; they are re-exported here.
 //!
 //! Everything here reads only the manifest's index section: no ledger is
 //! decoded, no file is read and no cache is touched. Bookkeeping callers (is
 //! there an FRI, which uuid, what does it look like) therefore never build the
 //! full reader and keep working when the ledger itself is corrupt.
 
-use refract_core::{Error, Result};
 use refract_ledger::{parse_details, ContentLocation};
-use refract_table::{IndexMetadata, Manifest};
+use refract_table::Manifest;
 use uuid::Uuid;
 
 pub use refract_ledger::{FRI_INDEX_NAME, FRI_INDEX_TYPE};
-
-/// True when `meta` is the FRI entry.
-pub fn is_fri_entry(meta: &IndexMetadata) -> bool {
-    meta.name == FRI_INDEX_NAME
-}
-
-/// The FRI entry of an index section. Corrupt when there are several.
-pub fn fri_entry(indices: &[IndexMetadata]) -> Result<Option<&IndexMetadata>> {
-    let mut found = indices.iter().filter(|meta| is_fri_entry(meta));
-    let first = found.next();
-    if found.next().is_some() {
-        return Err(Error::corrupt(
-            "manifest",
-            format!("more than one {FRI_INDEX_NAME} entry"),
-        ));
-    }
-    Ok(first)
-}
-
-/// The uuid of the manifest's FRI entry (the first one), without decoding it.
-pub fn fri_uuid(manifest: &Manifest) -> Option<Uuid> {
-    manifest
-        .indices
-        .iter()
-        .find(|meta| is_fri_entry(meta))
-        .map(|meta| meta.uuid)
-}
-
-/// True when the manifest carries an FRI entry.
-pub fn has_fri(manifest: &Manifest) -> bool {
-    fri_uuid(manifest).is_some()
-}
+pub use refract_table::commit::fri_entry::{
+    fri_entry_in as fri_entry, fri_uuid, has_fri, is_fri_entry,
+};
 
 /// Where an FRI entry's ledger content lives, as far as the details say.
 #[derive(Debug, Clone, PartialEq, Eq)]

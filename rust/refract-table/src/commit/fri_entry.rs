@@ -1,5 +1,7 @@
-//! The FRI system entry: finding it in a manifest, loading its ledger through
-//! the store, writing a new entry, and the flag rules checked at publication.
+//! The FRI system entry, its one home: recognising it, finding exactly one
+//! in a manifest, its uuid, loading (decoding) its ledger inline or external
+//! through the store, writing a new entry, and the flag rules checked at
+//! publication. The reader and the maintenance crates re-export these.
 //!
 //! The entry has the reserved name [`FRI_INDEX_NAME`], no fields and no
 //! fragment bitmap; its details hold the encoded ledger inline, or reference
@@ -9,8 +11,8 @@ use bytes::Bytes;
 use refract_core::{Error, Result};
 use refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;
 use refract_ledger::{
-    parse_details, ContentLocation, ExternalContent, Ledger, FRI_INDEX_NAME, FRI_INDEX_TYPE,
-    FRI_INDEX_VERSION_TAGGED,
+    is_fri_name, parse_details, ContentLocation, ExternalContent, Ledger, FRI_INDEX_NAME,
+    FRI_INDEX_TYPE, FRI_INDEX_VERSION_TAGGED,
 };
 use uuid::Uuid;
 
@@ -21,17 +23,27 @@ use refract_core::checksum::FileChecksum;
 
 /// True when `index` is the FRI system entry.
 pub fn is_fri_entry(index: &IndexMetadata) -> bool {
-    index.name == FRI_INDEX_NAME
+    is_fri_name(&index.name)
 }
 
 /// The FRI entry of `manifest`, if any. Two FRI entries are corrupt.
 pub fn find_fri_entry(manifest: &Manifest) -> Result<Option<&IndexMetadata>> {
-    let mut entries = manifest.indices.iter().filter(|index| is_fri_entry(index));
+    fri_entry_in(&manifest.indices).map_err(|_| {
+        Error::corrupt(
+            "manifest",
+            format!("version {} has more than one FRI entry", manifest.version),
+        )
+    })
+}
+
+/// The FRI entry of an index section, if any. Corrupt when there are several.
+pub fn fri_entry_in(indices: &[IndexMetadata]) -> Result<Option<&IndexMetadata>> {
+    let mut entries = indices.iter().filter(|index| is_fri_entry(index));
     let first = entries.next();
     if entries.next().is_some() {
         return Err(Error::corrupt(
             "manifest",
-            format!("version {} has more than one FRI entry", manifest.version),
+            format!("more than one {FRI_INDEX_NAME} entry"),
         ));
     }
     Ok(first)
@@ -45,6 +57,11 @@ pub fn fri_uuid(manifest: &Manifest) -> Option<Uuid> {
         .iter()
         .find(|index| is_fri_entry(index))
         .map(|index| index.uuid)
+}
+
+/// True when the manifest carries an FRI entry.
+pub fn has_fri(manifest: &Manifest) -> bool {
+    fri_uuid(manifest).is_some()
 }
 
 /// Loads and validates the ledger of `dataset`'s FRI entry (`None` without one).
