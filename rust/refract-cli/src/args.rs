@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use refract_optimize::maintain::DEFAULT_MAX_ROUNDS;
 use refract_reader::rowmap::counts::MAX_DESTINATIONS;
 
+use crate::commands::location::VersionSelector;
+use crate::duration::duration;
 use crate::ranges::{fraction, integer, MAX_FRAGMENT_ID};
 
 /// Refract: table maintenance for columnar data.
@@ -106,6 +108,9 @@ pub enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = RowFormat::Table)]
         format: RowFormat,
+        /// Which version to read.
+        #[command(flatten)]
+        at: TimeTravelArgs,
     },
     /// Describe the current version: flags, fragments, indices.
     Inspect {
@@ -114,6 +119,9 @@ pub enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Which version to describe.
+        #[command(flatten)]
+        at: TimeTravelArgs,
     },
     /// List versions.
     Versions {
@@ -239,6 +247,9 @@ pub enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = RowFormat::Table)]
         format: RowFormat,
+        /// Which version to query.
+        #[command(flatten)]
+        at: TimeTravelArgs,
     },
     /// Stable-partition fragments into destinations by a column (hash buckets).
     Partition {
@@ -273,6 +284,9 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Which version's ledger to describe.
+        #[command(flatten)]
+        at: TimeTravelArgs,
     },
     /// Rewrite eligible index segments onto current row addresses.
     Remap {
@@ -331,6 +345,101 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Expire old versions and delete the files only they referenced; the
+    /// latest version and every tagged version are always kept. Without
+    /// --older-than and --keep-last, versions younger than 14 days are kept.
+    Cleanup {
+        /// Dataset URI.
+        uri: String,
+        /// Keep versions committed less than this long ago (90s, 30m, 12h,
+        /// 7d, 2w); with --orphans, also the minimum age of an orphaned file
+        /// (default 14d there).
+        #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = duration)]
+        older_than: Option<std::time::Duration>,
+        /// Keep the newest N versions.
+        #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = integer(1u64, None))]
+        keep_last: Option<u64>,
+        /// List what would be removed without removing anything.
+        #[arg(long, conflicts_with = "orphans")]
+        dry_run: bool,
+        /// Also delete files no version references (left by failed or
+        /// abandoned writes) that are older than --older-than (default 14d).
+        #[arg(long)]
+        orphans: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create, delete or list tags: named versions that cleanup keeps.
+    Tag {
+        /// What to do with tags.
+        #[command(subcommand)]
+        action: TagAction,
+    },
+    /// Commit a new version whose content equals an earlier one.
+    #[command(group(clap::ArgGroup::new("restore_target").args(["version", "tag"]).required(true)))]
+    Restore {
+        /// Dataset URI.
+        uri: String,
+        /// The version to restore.
+        #[command(flatten)]
+        target: TimeTravelArgs,
+    },
+}
+
+/// `refract tag` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TagAction {
+    /// Name a version (default: the latest).
+    Create {
+        /// Dataset URI.
+        uri: String,
+        /// Tag name: 1 to 128 ASCII letters, digits, '.', '_' or '-', not
+        /// starting with '.'.
+        name: String,
+        /// The version to tag (default: the latest).
+        #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = integer(1u64, None))]
+        version: Option<u64>,
+    },
+    /// Remove a tag (the version stays until cleanup expires it).
+    Delete {
+        /// Dataset URI.
+        uri: String,
+        /// Tag name.
+        name: String,
+    },
+    /// List every tag and the version it names.
+    List {
+        /// Dataset URI.
+        uri: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Time travel: which committed version a command reads (default: the latest).
+#[derive(Debug, Clone, Default, clap::Args)]
+#[group(multiple = false)]
+pub struct TimeTravelArgs {
+    /// Read this version instead of the latest.
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = integer(1u64, None))]
+    pub version: Option<u64>,
+    /// Read the version this tag names.
+    #[arg(long, value_name = "NAME")]
+    pub tag: Option<String>,
+}
+
+impl TimeTravelArgs {
+    /// The version named, if any (clap makes `--version` and `--tag`
+    /// mutually exclusive).
+    pub fn selector(self) -> Option<VersionSelector> {
+        match (self.version, self.tag) {
+            (Some(version), _) => Some(VersionSelector::Number(version)),
+            (None, Some(name)) => Some(VersionSelector::Tag(name)),
+            (None, None) => None,
+        }
+    }
 }
 
 /// Built-in index types.

@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod commands;
+pub mod duration;
 pub mod output;
 pub mod ranges;
 pub mod synthetic;

@@ -85,11 +85,24 @@ fn exit_on_usage_error(error: clap::Error) -> ! {
     ) {
         error.exit();
     }
-    let rendered = error.render().to_string();
-    let line = rendered
-        .lines()
-        .find(|line| !line.trim().is_empty())
-        .unwrap_or("error: invalid command line");
-    eprintln!("{line} (see --help)");
+    eprintln!("{} (see --help)", first_line(&error.render().to_string()));
     std::process::exit(2);
+}
+
+/// The first line of clap's rendered error; when it ends with a colon, the
+/// indented list under it is joined on, so `error: the following required
+/// arguments were not provided:` names the arguments.
+fn first_line(rendered: &str) -> String {
+    let mut lines = rendered.lines().skip_while(|line| line.trim().is_empty());
+    let Some(first) = lines.next() else {
+        return "error: invalid command line".to_string();
+    };
+    if !first.ends_with(':') {
+        return first.to_string();
+    }
+    let listed: Vec<&str> = lines
+        .take_while(|line| line.starts_with(' ') && !line.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    format!("{first} {}", listed.join(", "))
 }

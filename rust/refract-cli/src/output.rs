@@ -110,6 +110,11 @@ fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
         .map_err(|e| Error::external("formatting a nested column", e))
 }
 
+/// A report as pretty-printed JSON (what every `--json` prints).
+pub fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
+    serde_json::to_string_pretty(value).map_err(|e| Error::external("serializing the report", e))
+}
+
 fn utf8(bytes: Vec<u8>) -> Result<String> {
     String::from_utf8(bytes).map_err(|e| Error::external("rendering rows as text", e))
 }

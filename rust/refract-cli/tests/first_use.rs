@@ -5,19 +5,9 @@
 mod support;
 
 use std::path::Path;
-use support::{ok, refract};
+use support::{ok, refused};
 
 use serde_json::Value;
-
-/// The one-line error of a refused command and its exit code.
-fn refused(args: &[&str]) -> (String, i32) {
-    let output = refract(args);
-    assert!(!output.status.success(), "refract {args:?} succeeded");
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert_eq!(stderr.lines().count(), 1, "refract {args:?}: {stderr}");
-    assert!(stderr.starts_with("error: "), "{stderr}");
-    (stderr, output.status.code().unwrap())
-}
 
 fn table(dir: &Path, rows: u64, fragment_rows: u64) -> String {
     let uri = dir.join("table").to_string_lossy().to_string();

@@ -1,6 +1,6 @@
 //! `append`, `delete` and `scan`.
 
-use super::location::Location;
+use super::location::{Location, VersionSelector};
 use arrow_array::RecordBatch;
 use refract_core::{Error, Result};
 use refract_table::dataset::{Dataset, WriteOptions};
@@ -116,9 +116,14 @@ pub async fn read_rows(dataset: &Dataset, request: &ScanRequest) -> Result<Recor
     scanner.try_into_batch().await
 }
 
-/// `refract scan`.
-pub async fn scan(at: &Location, request: &ScanRequest, format: RowFormat) -> Result<()> {
-    let dataset = at.open().await?;
+/// `refract scan`: rows of the latest version, or of `version`.
+pub async fn scan(
+    at: &Location,
+    version: Option<&VersionSelector>,
+    request: &ScanRequest,
+    format: RowFormat,
+) -> Result<()> {
+    let dataset = at.open_at(version).await?;
     let rows = read_rows(&dataset, request).await?;
     let text = render_rows(&[rows], format)?;
     if format == RowFormat::Table {

@@ -1,7 +1,7 @@
 //! `partition`, `fri`, `remap`, `trim` and `maintain`.
 
-use super::location::Location;
-use refract_core::{Error, Result};
+use super::location::{Location, VersionSelector};
+use refract_core::Result;
 use refract_optimize::fri::describe::describe_fri;
 use refract_optimize::fri::labels::PartitionBy;
 use refract_optimize::fri::partition::{partition_fragments, PartitionOptions};
@@ -10,14 +10,9 @@ use refract_optimize::remap::report::{SegmentStatus, UnchangedReason};
 use refract_optimize::remap::{remap_indices, RemapOptions};
 use refract_optimize::trim::trim_fri;
 
-use serde::Serialize;
-
 use super::compact::options_from_args;
 use crate::args::CompactArgs;
-
-fn to_json<T: Serialize>(value: &T) -> Result<String> {
-    serde_json::to_string_pretty(value).map_err(|e| Error::external("serializing the report", e))
-}
+use crate::output::to_json;
 
 /// `refract partition`.
 pub async fn partition(
@@ -55,9 +50,9 @@ pub async fn partition(
     Ok(())
 }
 
-/// `refract fri`.
-pub async fn fri(at: &Location, json: bool) -> Result<()> {
-    let dataset = at.open().await?;
+/// `refract fri`: the ledger of the latest version, or of `version`.
+pub async fn fri(at: &Location, version: Option<&VersionSelector>, json: bool) -> Result<()> {
+    let dataset = at.open_at(version).await?;
     let description = describe_fri(&dataset).await?;
     if json {
         crate::out!("{}", to_json(&description)?);

@@ -1,6 +1,6 @@
 //! `create-index`, `optimize-indices` and `query`.
 
-use super::location::Location;
+use super::location::{Location, VersionSelector};
 use std::sync::Arc;
 
 use refract_core::{Error, Result};
@@ -127,9 +127,10 @@ pub fn render_explain(explain: &Explain) -> String {
     out
 }
 
-/// `refract query`.
+/// `refract query`: against the latest version, or `version`.
 pub async fn query(
     at: &Location,
+    version: Option<&VersionSelector>,
     request: &QueryRequest,
     explain: bool,
     format: RowFormat,
@@ -139,7 +140,7 @@ pub async fn query(
             "query needs --filter and/or --nearest with --vector",
         ));
     }
-    let dataset = at.open().await?;
+    let dataset = at.open_at(version).await?;
     let result = build_query(&dataset, request)?.execute().await?;
     if explain {
         eprint!("{}", render_explain(&result.explain));

@@ -1,6 +1,6 @@
 //! `inspect` and `versions`.
 
-use super::location::Location;
+use super::location::{Location, VersionSelector};
 use refract_core::Result;
 use refract_table::dataset::{Dataset, VersionEntry};
 use serde_json::{json, Value};
@@ -46,9 +46,13 @@ pub fn describe(dataset: &Dataset) -> Value {
     })
 }
 
-/// `refract inspect`.
-pub async fn inspect(at: &Location, as_json: bool) -> Result<()> {
-    let dataset = at.open().await?;
+/// `refract inspect`: the latest version, or `version`.
+pub async fn inspect(
+    at: &Location,
+    version: Option<&VersionSelector>,
+    as_json: bool,
+) -> Result<()> {
+    let dataset = at.open_at(version).await?;
     let description = describe(&dataset);
     if as_json {
         crate::out!("{description:#}");

@@ -49,4 +49,37 @@ impl Location {
     pub async fn open(&self) -> Result<Dataset> {
         Dataset::open_with(&self.uri, self.open_options()).await
     }
+
+    /// Opens the version `selected` names, or the latest when `None` (time
+    /// travel for read-only commands).
+    ///
+    /// # Errors
+    /// As [`Self::open`]; NotFound naming the version or tag when it does
+    /// not exist.
+    pub async fn open_at(&self, selected: Option<&VersionSelector>) -> Result<Dataset> {
+        let latest = self.open().await?;
+        match selected {
+            None => Ok(latest),
+            Some(VersionSelector::Number(version)) => latest.checkout_version(*version).await,
+            Some(VersionSelector::Tag(name)) => latest.checkout_tag(name).await,
+        }
+    }
+}
+
+/// A committed version named on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionSelector {
+    /// `--version N`.
+    Number(u64),
+    /// `--tag NAME`: the version the tag names.
+    Tag(String),
+}
+
+impl std::fmt::Display for VersionSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VersionSelector::Number(version) => write!(f, "version {version}"),
+            VersionSelector::Tag(name) => write!(f, "tag '{name}'"),
+        }
+    }
 }

@@ -8,6 +8,7 @@ pub mod index;
 mod inspect;
 pub mod location;
 mod progress;
+pub mod retention;
 mod verify;
 
 use refract_core::Result;
@@ -15,7 +16,7 @@ use refract_core::Result;
 use refract_table::io::StorageOptions;
 use refract_table::VerifyOptions;
 
-use crate::args::Command;
+use crate::args::{Command, TagAction};
 pub use location::Location;
 
 /// Runs one parsed command on datasets configured by `storage` (and the
@@ -39,6 +40,7 @@ pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
             limit,
             with_row_address,
             format,
+            at: version,
         } => {
             let request = data::ScanRequest {
                 columns,
@@ -46,9 +48,13 @@ pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
                 limit,
                 with_row_address,
             };
-            data::scan(&at(&uri), &request, format).await
+            data::scan(&at(&uri), version.selector().as_ref(), &request, format).await
         }
-        Command::Inspect { uri, json } => inspect::inspect(&at(&uri), json).await,
+        Command::Inspect {
+            uri,
+            json,
+            at: version,
+        } => inspect::inspect(&at(&uri), version.selector().as_ref(), json).await,
         Command::Versions { uri } => inspect::versions(&at(&uri)).await,
         Command::Verify {
             uri,
@@ -88,6 +94,7 @@ pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
             columns,
             explain,
             format,
+            at: version,
         } => {
             let nearest = match (nearest, vector) {
                 (Some(column), Some(vector)) => Some((column, vector)),
@@ -105,7 +112,14 @@ pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
                 nprobes,
                 columns,
             };
-            index::query(&at(&uri), &request, explain, format).await
+            index::query(
+                &at(&uri),
+                version.selector().as_ref(),
+                &request,
+                explain,
+                format,
+            )
+            .await
         }
         Command::Partition {
             uri,
@@ -114,7 +128,11 @@ pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
             fragments,
             json,
         } => fri::partition(&at(&uri), &by, destinations, fragments, json).await,
-        Command::Fri { uri, json } => fri::fri(&at(&uri), json).await,
+        Command::Fri {
+            uri,
+            json,
+            at: version,
+        } => fri::fri(&at(&uri), version.selector().as_ref(), json).await,
         Command::Remap {
             uri,
             name,
@@ -136,5 +154,35 @@ pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
         Command::CompactCommit { uri, results, json } => {
             compact::compact_commit(&at(&uri), &results, json).await
         }
+        Command::Cleanup {
+            uri,
+            older_than,
+            keep_last,
+            dry_run,
+            orphans,
+            json,
+        } => {
+            let request = retention::CleanupRequest {
+                older_than,
+                keep_last,
+                dry_run,
+                orphans,
+            };
+            retention::cleanup(&at(&uri), &request, json).await
+        }
+        Command::Tag { action } => match action {
+            TagAction::Create { uri, name, version } => {
+                retention::tag_create(&at(&uri), &name, version).await
+            }
+            TagAction::Delete { uri, name } => retention::tag_delete(&at(&uri), &name).await,
+            TagAction::List { uri, json } => retention::tag_list(&at(&uri), json).await,
+        },
+        Command::Restore { uri, target } => match target.selector() {
+            Some(selected) => retention::restore(&at(&uri), &selected).await,
+            // clap requires --version or --tag (the `restore_target` group).
+            None => Err(refract_core::Error::invalid_input(
+                "restore needs --version N or --tag NAME",
+            )),
+        },
     }
 }

@@ -21,3 +21,14 @@ pub fn ok(args: &[&str]) -> String {
     );
     String::from_utf8(output.stdout).unwrap()
 }
+
+/// Runs `refract args`, which must fail with a one-line `error: ` message;
+/// returns that line (with its newline) and the exit code.
+pub fn refused(args: &[&str]) -> (String, i32) {
+    let output = refract(args);
+    assert!(!output.status.success(), "refract {args:?} succeeded");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "refract {args:?}: {stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    (stderr, output.status.code().unwrap())
+}
