@@ -21,8 +21,8 @@ pub use manage::{
 pub use query::{AccessPath, CostEstimate, Explain, IndexUse, Query, QueryResult, SegmentExplain};
 pub use registry::{IndexRegistry, RegisteredType};
 pub use remap::{
-    apply_index_rewrite, remap_indices_for_rewrite, remap_segment, IndexRewrite, RemapOptions,
-    RemapOutcome, RewrittenGroup, SkipReport,
+    apply_index_rewrite, remap_indices_for_rewrite, remap_segment, DeclineReason, IndexRewrite,
+    RemapOptions, RemapOutcome, RewrittenGroup, SkipReport,
 };
 pub use resolver::{DirectResolver, ResolvedSegment, SegmentResolver};
 pub use translate::{Translator, MAX_TRANSLATION_BATCH};

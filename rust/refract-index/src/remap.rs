@@ -16,6 +16,7 @@ use std::sync::Arc;
 use refract_table::io::{index_dir, FileJournal};
 use refract_table::{Dataset, IndexMetadata, Manifest};
 use roaring::RoaringBitmap;
+use serde::Serialize;
 use uuid::Uuid;
 
 use crate::manage::{index_context, user_segments};
@@ -29,9 +30,27 @@ pub enum RemapOutcome {
     Remapped(IndexMetadata),
     /// Left as it was.
     Skipped {
-        /// Why.
-        reason: String,
+        /// Why, as a category.
+        reason: DeclineReason,
+        /// Why, one line for people.
+        message: String,
     },
+}
+
+/// Why a segment was left as it was (it keeps translating; rebuilding the
+/// index catches it up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeclineReason {
+    /// The segment has no stored fragment bitmap, so what it covers is unknown.
+    UnknownCoverage,
+    /// The segment's index type is not registered in this process.
+    UnknownIndexType,
+    /// A legacy plugin's materialized map would exceed its budget.
+    OverBudget,
+    /// The legacy fallback needs row counts (of a fragment, or of the
+    /// segment's stored fragments) that are no longer known.
+    RowsUnknown,
 }
 
 /// A segment that was not remapped, for reports.
@@ -42,7 +61,9 @@ pub struct SkipReport {
     /// Logical index name.
     pub name: String,
     /// Why it was skipped.
-    pub reason: String,
+    pub reason: DeclineReason,
+    /// Why, one line for people.
+    pub message: String,
 }
 
 /// Inputs of [`remap_segment`] besides the segment and the translator.
@@ -74,7 +95,7 @@ pub async fn remap_segment(
     }
     let registered = match registry.get(&meta.index_type) {
         Ok(registered) => registered,
-        Err(err) => return Ok(skip(meta, err.to_string())),
+        Err(err) => return Ok(skip(meta, DeclineReason::UnknownIndexType, &err)),
     };
     let uuid = Uuid::new_v4();
     let old_dir = index_dir(&meta.uuid);
@@ -98,11 +119,12 @@ pub async fn remap_segment(
                 options.budget,
             ) {
                 Ok(map) => map,
-                Err(
-                    err @ (Error::OverBudget { .. }
-                    | Error::FragmentRowsUnknown { .. }
-                    | Error::StoredFragmentsUnknown),
-                ) => return Ok(skip(meta, err.to_string())),
+                Err(err @ Error::OverBudget { .. }) => {
+                    return Ok(skip(meta, DeclineReason::OverBudget, &err))
+                }
+                Err(err @ (Error::FragmentRowsUnknown { .. } | Error::StoredFragmentsUnknown)) => {
+                    return Ok(skip(meta, DeclineReason::RowsUnknown, &err))
+                }
                 Err(err) => return Err(err),
             };
             t.remap_legacy(ctx, &old_dir, &meta.details, &new_dir, &map)
@@ -123,14 +145,16 @@ pub async fn remap_segment(
     }))
 }
 
-fn skip(meta: &IndexMetadata, reason: String) -> RemapOutcome {
+fn skip(meta: &IndexMetadata, reason: DeclineReason, err: &Error) -> RemapOutcome {
+    let message = err.to_string();
     tracing::warn!(
         index = %meta.name,
         segment = %meta.uuid,
-        %reason,
+        reason = ?reason,
+        %message,
         "skipping index segment remap; it keeps its history (rebuild the index to catch it up)"
     );
-    RemapOutcome::Skipped { reason }
+    RemapOutcome::Skipped { reason, message }
 }
 
 /// One rewrite group as seen by index remap: old fragment ids and the final ids
@@ -176,7 +200,8 @@ pub async fn remap_indices_for_rewrite(
                 result.skipped.push(SkipReport {
                     uuid: meta.uuid,
                     name: meta.name.clone(),
-                    reason: "fragment coverage unknown".to_string(),
+                    reason: DeclineReason::UnknownCoverage,
+                    message: "fragment coverage unknown".to_string(),
                 });
             }
             continue;
@@ -200,10 +225,11 @@ pub async fn remap_indices_for_rewrite(
                 result.removed_index_uuids.push(meta.uuid);
                 result.new_indices.push(new);
             }
-            RemapOutcome::Skipped { reason } => result.skipped.push(SkipReport {
+            RemapOutcome::Skipped { reason, message } => result.skipped.push(SkipReport {
                 uuid: meta.uuid,
                 name: meta.name.clone(),
                 reason,
+                message,
             }),
         }
     }

@@ -479,10 +479,11 @@ async fn legacy_plugin_fallback(#[case] budget_bytes: u64, #[case] declined: boo
     if declined {
         assert_eq!(skipped.len(), 1);
         assert_eq!(skipped[0].uuid, before.uuid);
+        assert_eq!(skipped[0].reason, refract_index::DeclineReason::OverBudget);
         assert!(
-            skipped[0].reason.contains("budget"),
+            skipped[0].message.contains("budget"),
             "{}",
-            skipped[0].reason
+            skipped[0].message
         );
         assert_eq!(
             after, before,

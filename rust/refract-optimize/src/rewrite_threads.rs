@@ -50,7 +50,7 @@ impl RewriteThreads {
         let threads = (0..count.max(1))
             .map(|_| start_thread())
             .collect::<std::io::Result<Vec<_>>>()
-            .map_err(|e| Error::invalid_input(format!("cannot start the rewrite threads: {e}")))?;
+            .map_err(|e| Error::external("starting the rewrite threads", e))?;
         Ok(Self {
             threads,
             started: AtomicU64::new(0),
@@ -152,7 +152,12 @@ pub fn rewrite_threads() -> Result<&'static RewriteThreads> {
             RewriteThreads::start(count).map_err(|e| e.to_string())
         })
         .as_ref()
-        .map_err(|e| Error::invalid_input(e.clone()))
+        .map_err(|e| {
+            Error::external(
+                "starting the rewrite threads",
+                std::io::Error::other(e.clone()),
+            )
+        })
 }
 
 /// Runs `work` on the least busy of the process's rewrite threads and

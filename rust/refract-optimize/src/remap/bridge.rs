@@ -43,7 +43,12 @@ fn runtime() -> Result<&'static Runtime> {
                 .map_err(|e| e.to_string())
         })
         .as_ref()
-        .map_err(|e| Error::invalid_input(format!("cannot start the remap runtime: {e}")))
+        .map_err(|e| {
+            Error::external(
+                "starting the remap runtime",
+                std::io::Error::other(e.clone()),
+            )
+        })
 }
 
 /// A synchronous view of an async translator, valid only on a worker of a

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use refract_core::materialize::MaterializeBudget;
 use refract_core::{Error, Result, DEFAULT_MATERIALIZE_BUDGET_BYTES};
 use refract_index::manage::{index_context, user_segments};
-use refract_index::{IndexRegistry, RemapOutcome};
+use refract_index::{DeclineReason, IndexRegistry, RemapOutcome};
 use refract_reader::history::FriHistory;
 use refract_reader::listing::{DerivedListing, ListedEntry};
 use refract_reader::translate::{LegacyTranslator, SegmentScope, SegmentTranslator};
@@ -239,24 +239,18 @@ async fn rewrite(
             };
             Ok((status, Some(new)))
         }
-        RemapOutcome::Skipped { reason } => Ok((
+        RemapOutcome::Skipped { reason, message } => Ok((
             SegmentStatus::Skipped {
-                reason: classify_decline(&reason),
-                message: reason,
+                reason: match reason {
+                    DeclineReason::UnknownCoverage => SkipReason::UnknownCoverage,
+                    DeclineReason::UnknownIndexType => SkipReason::UnknownIndexType,
+                    DeclineReason::OverBudget => SkipReason::OverBudget,
+                    DeclineReason::RowsUnknown => SkipReason::RowsUnknown,
+                },
+                message,
             },
             None,
         )),
-    }
-}
-
-/// The category of a fallback decline, from the core's error text.
-fn classify_decline(message: &str) -> SkipReason {
-    if message.contains("over budget") {
-        SkipReason::OverBudget
-    } else if message.contains("unknown") {
-        SkipReason::RowsUnknown
-    } else {
-        SkipReason::UnknownIndexType
     }
 }
 
