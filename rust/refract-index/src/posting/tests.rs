@@ -3,9 +3,9 @@
 use roaring::{RoaringBitmap, RoaringTreemap};
 
 use super::*;
-use refract_core::{AddressSink, Error, Result, Translator, MAX_TRANSLATION_BATCH};
 use proptest::prelude::*;
 use refract_core::{row_address, FragmentRows, RemapChain, RewriteGroupInput, RowAddrRemap};
+use refract_core::{AddressSink, Error, Result, Translator, MAX_TRANSLATION_BATCH};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
