@@ -604,3 +604,110 @@ fn restore_commits_a_new_version_equal_to_the_chosen_one() {
     );
     assert_eq!(listed_versions(&uri), vec![1, 2, 3, 4, 5, 6, 7]);
 }
+
+#[test]
+fn an_indexed_query_at_a_tagged_version_still_translates_after_trim_and_cleanup() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = uri(dir.path());
+    // Enough rows that the index path beats a scan.
+    ok(&[
+        "append",
+        &uri,
+        "--rows",
+        "2000",
+        "--fragment-rows",
+        "1000",
+        "--dim",
+        "2",
+    ]);
+    ok(&[
+        "create-index",
+        &uri,
+        "--name",
+        "id_idx",
+        "--column",
+        "id",
+        "--type",
+        "btree",
+    ]);
+    ok(&["delete", &uri, "--filter", "id < 3"]);
+    // v5: the partition writes a row map the index translates through.
+    ok(&[
+        "partition",
+        &uri,
+        "--by",
+        "category",
+        "--destinations",
+        "2",
+        "--fragments",
+        "1,2",
+    ]);
+    ok(&["tag", "create", &uri, "partitioned"]);
+    ok(&["remap", &uri]);
+    ok(&["trim", &uri]);
+    assert_eq!(listed_versions(&uri), vec![1, 2, 3, 4, 5, 6, 7]);
+
+    let query = [
+        "query",
+        uri.as_str(),
+        "--tag",
+        "partitioned",
+        "--filter",
+        "id IN (2, 4, 1507)",
+        "--columns",
+        "id",
+        "--format",
+        "json",
+        "--explain",
+    ];
+    let translated_ids = || {
+        let output = support::refract(&query);
+        assert!(output.status.success(), "{output:?}");
+        let explain = String::from_utf8(output.stderr).unwrap();
+        assert!(
+            explain
+                .contains("(btree): fragments [3, 4], exact, translated through 1 transition(s)"),
+            "{explain}"
+        );
+        let mut ids: Vec<i64> = String::from_utf8(output.stdout)
+            .unwrap()
+            .lines()
+            .map(|line| {
+                serde_json::from_str::<Value>(line).unwrap()["id"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    assert_eq!(translated_ids(), vec![4, 1507]);
+
+    let report = json_of(&["cleanup", &uri, "--older-than", "0s", "--json"]);
+    assert_eq!(report["retained_versions"], json!([5, 7]));
+    assert_eq!(report["expired_versions"], json!([1, 2, 3, 4, 6]));
+    assert_eq!(translated_ids(), vec![4, 1507], "the tag keeps its row map");
+
+    ok(&["tag", "delete", &uri, "partitioned"]);
+    let report = json_of(&["cleanup", &uri, "--older-than", "0s", "--json"]);
+    assert_eq!(report["expired_versions"], json!([5]));
+    let row_maps: Vec<&Value> = report["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|file| file["kind"] == "row_map")
+        .collect();
+    assert_eq!(row_maps.len(), 1, "{report}");
+    assert_eq!(listed_versions(&uri), vec![7]);
+    let mut latest = ids(&[
+        "query",
+        &uri,
+        "--filter",
+        "id IN (2, 4, 1507)",
+        "--columns",
+        "id",
+    ]);
+    latest.sort_unstable();
+    assert_eq!(latest, vec![4, 1507]);
+    ok(&["verify", &uri, "--all-versions", "--deep"]);
+}
