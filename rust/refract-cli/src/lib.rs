@@ -6,4 +6,5 @@ pub mod commands;
 pub mod duration;
 pub mod output;
 pub mod ranges;
+pub mod settings;
 pub mod synthetic;

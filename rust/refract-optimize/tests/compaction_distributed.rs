@@ -163,7 +163,7 @@ async fn deferred_rewrite_over_a_delete_that_removed_a_source_records_a_valid_tr
     assert_eq!(scan_ids(&committed).await, expected);
     for filter in ["id >= 0", "id = 25", "id = 15", "id = 26"] {
         let indexed = Query::new(&committed)
-            .with_resolver(Arc::new(FriResolver::from_env()))
+            .with_resolver(Arc::new(FriResolver::default()))
             .filter(filter)
             .unwrap()
             .project(&["id"])

@@ -272,7 +272,7 @@ async fn indexed_and_brute(query: impl Fn(bool) -> Query) -> Result<(Vec<i64>, V
 fn queries_equal_brute_force() -> VerifyFn {
     Arc::new(|dataset: Dataset| {
         async move {
-            let resolver = Arc::new(FriResolver::from_env());
+            let resolver = Arc::new(FriResolver::default());
             let mut compared = 0u64;
             for filter in FILTERS {
                 let (indexed, brute) = indexed_and_brute(|use_index| {

@@ -41,7 +41,7 @@ async fn seen(dataset: &Dataset) -> Seen {
             .filter(filter)
             .unwrap()
             .project(&["id"])
-            .with_resolver(Arc::new(FriResolver::from_env()))
+            .with_resolver(Arc::new(FriResolver::default()))
             .with_registry(Arc::new(IndexRegistry::with_builtins()))
             .use_index(true)
             .execute()

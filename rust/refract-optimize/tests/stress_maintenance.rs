@@ -376,7 +376,7 @@ async fn check_every_version(latest: &Dataset, states: &BTreeMap<u64, Vec<i64>>)
                 .filter(CHECK_FILTER)
                 .unwrap()
                 .project(&["id"])
-                .with_resolver(Arc::new(FriResolver::from_env()))
+                .with_resolver(Arc::new(FriResolver::default()))
                 .use_index(use_index)
                 .execute()
         };
@@ -591,7 +591,7 @@ async fn a_range_partition_orders_its_run_stably_by_label() {
         .filter("id >= 25 AND id < 45")
         .unwrap()
         .project(&["id"])
-        .with_resolver(Arc::new(FriResolver::from_env()))
+        .with_resolver(Arc::new(FriResolver::default()))
         .execute()
         .await
         .unwrap();
@@ -634,7 +634,7 @@ async fn indexed_queries_at_a_version_before_a_trim_still_translate() {
         .filter("id >= 7 AND id < 53")
         .unwrap()
         .project(&["id"])
-        .with_resolver(Arc::new(FriResolver::from_env()))
+        .with_resolver(Arc::new(FriResolver::default()))
         .index_use(refract_index::IndexUse::Always)
         .execute()
         .await

@@ -176,27 +176,17 @@ async fn prewarm(binder: &MappingBinder, history: &FriHistory) -> Result<()> {
 }
 
 /// The FRI-aware [`SegmentResolver`]: plug it into a query with
-/// `Query::with_resolver(Arc::new(FriResolver::from_env()))`.
-#[derive(Debug, Clone, Copy)]
+/// `Query::with_resolver(Arc::new(FriResolver::default()))` (row-map chunks
+/// cached lazily) or [`FriResolver::with_mode`].
+#[derive(Debug, Clone, Copy, Default)]
 pub struct FriResolver {
     mode: ChunkCacheMode,
 }
 
 impl FriResolver {
-    /// Chunk caching per `REFRACT_FRI_ROWMAP_CACHE` / `REFRACT_FRI_ROWMAP_PREWARM`.
-    pub fn from_env() -> Self {
-        Self::with_mode(ChunkCacheMode::from_env())
-    }
-
     /// Chunk caching per `mode`.
     pub fn with_mode(mode: ChunkCacheMode) -> Self {
         Self { mode }
-    }
-}
-
-impl Default for FriResolver {
-    fn default() -> Self {
-        Self::from_env()
     }
 }
 

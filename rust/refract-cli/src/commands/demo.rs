@@ -25,7 +25,6 @@ use refract_optimize::fri::partition::{partition_fragments, PartitionOptions};
 use refract_optimize::maintain::{maintain, MaintainOptions};
 use refract_optimize::remap::{remap_indices, RemapOptions};
 use refract_optimize::trim::trim_fri;
-use refract_reader::FriResolver;
 use refract_table::cleanup::cleanup_orphans;
 use refract_table::dataset::Dataset;
 use refract_table::{cleanup_old_versions, RetentionPolicy};
@@ -309,6 +308,7 @@ async fn fri_story(
             dataset,
             RemapOptions {
                 names: Some(vec![name.to_string()]),
+                chunk_cache: crate::settings::chunk_cache_mode(),
                 ..RemapOptions::default()
             },
         )
@@ -526,7 +526,7 @@ async fn check_queries(dataset: &Dataset, when: &str, summary: &mut Summary) -> 
     for filter in CHECK_FILTERS {
         // The index path is forced so every check exercises the index.
         let indexed = Query::new(dataset)
-            .with_resolver(Arc::new(FriResolver::from_env()))
+            .with_resolver(Arc::new(crate::settings::resolver()))
             .filter(filter)?
             .project(&["id"])
             .index_use(IndexUse::Always)
@@ -556,7 +556,7 @@ async fn check_queries(dataset: &Dataset, when: &str, summary: &mut Summary) -> 
         .map(|j| synthetic::vector_component(4242, j))
         .collect();
     let indexed = Query::new(dataset)
-        .with_resolver(Arc::new(FriResolver::from_env()))
+        .with_resolver(Arc::new(crate::settings::resolver()))
         .nearest("vec", &vector, 10, PROBE_ALL)
         .project(&["id"])
         .execute()

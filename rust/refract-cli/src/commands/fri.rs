@@ -97,6 +97,7 @@ fn remap_options(name: Option<String>, budget_bytes: Option<u64>) -> RemapOption
     RemapOptions {
         names: name.map(|n| vec![n]),
         budget_bytes: budget_bytes.unwrap_or(defaults.budget_bytes),
+        chunk_cache: crate::settings::chunk_cache_mode(),
         ..defaults
     }
 }

@@ -7,7 +7,6 @@ use refract_core::{Error, Result};
 use refract_index::manage::{create_index, list_indices, optimize_indices};
 use refract_index::query::{AccessPath, Explain, Query};
 use refract_index::types::IndexParams;
-use refract_reader::FriResolver;
 use refract_table::dataset::Dataset;
 
 use crate::args::{IndexKind, RowFormat};
@@ -78,7 +77,7 @@ pub struct QueryRequest {
 pub fn build_query(dataset: &Dataset, request: &QueryRequest) -> Result<Query> {
     // Segments that still store pre-rewrite addresses are served through the
     // FRI reader (translation) instead of being dropped to a scan.
-    let mut query = Query::new(dataset).with_resolver(Arc::new(FriResolver::from_env()));
+    let mut query = Query::new(dataset).with_resolver(Arc::new(crate::settings::resolver()));
     if let Some(filter) = &request.filter {
         query = query.filter(filter)?;
     }

@@ -20,6 +20,7 @@ impl Location {
     pub fn new(uri: &str, given: &StorageOptions) -> Self {
         let mut storage = given.clone();
         storage.fill_from_environment(uri, std::env::vars());
+        crate::settings::apply_local_write_mode(uri, &mut storage);
         Self {
             uri: uri.to_string(),
             storage,

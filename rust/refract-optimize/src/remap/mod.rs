@@ -48,6 +48,8 @@ pub struct RemapOptions {
     pub budget_bytes: u64,
     /// Index types (built-ins by default; register plugins here).
     pub registry: Arc<IndexRegistry>,
+    /// How row-map label chunks are cached while translating.
+    pub chunk_cache: ChunkCacheMode,
 }
 
 impl Default for RemapOptions {
@@ -56,6 +58,7 @@ impl Default for RemapOptions {
             names: None,
             budget_bytes: DEFAULT_MATERIALIZE_BUDGET_BYTES,
             registry: Arc::new(IndexRegistry::with_builtins()),
+            chunk_cache: ChunkCacheMode::default(),
         }
     }
 }
@@ -74,7 +77,7 @@ pub async fn remap_indices(dataset: &mut Dataset, options: RemapOptions) -> Resu
         .features()
         .check_write(dataset.manifest().writer_flags)?;
     check_names(dataset, options.names.as_deref())?;
-    let reader = FriReader::open(dataset, ChunkCacheMode::from_env()).await?;
+    let reader = FriReader::open(dataset, options.chunk_cache).await?;
     let mut report = RemapReport {
         read_version: dataset.version(),
         ..RemapReport::default()
@@ -199,7 +202,7 @@ async fn rewrite(
                 MappingBinder::new(
                     dataset.store().clone(),
                     dataset.session().cache().clone(),
-                    ChunkCacheMode::from_env(),
+                    options.chunk_cache,
                 ),
                 scope,
             );

@@ -27,31 +27,17 @@ const PAGE_METADATA_BYTES: u64 = 256;
 /// Room for the schema, the offset tables and the footer.
 const METADATA_SLACK_BYTES: u64 = 16 << 10;
 
-/// How label chunks are cached, normally taken from the environment
-/// (`REFRACT_FRI_ROWMAP_CACHE=0` disables the cache, `REFRACT_FRI_ROWMAP_PREWARM=1`
-/// loads every chunk at open).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How label chunks are cached (the CLI maps `REFRACT_FRI_ROWMAP_CACHE=0` to
+/// `Disabled` and `REFRACT_FRI_ROWMAP_PREWARM=1` to `Prewarm`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChunkCacheMode {
-    /// Read the needed block on every translation.
+    /// Read the needed block on every translation (diagnostics).
     Disabled,
     /// Load chunks on first use and keep them in the shared cache.
+    #[default]
     Lazy,
     /// Load every chunk concurrently at open.
     Prewarm,
-}
-
-impl ChunkCacheMode {
-    /// The mode the diagnostic environment variables ask for.
-    pub fn from_env() -> Self {
-        let flag = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_string());
-        if flag("REFRACT_FRI_ROWMAP_CACHE").as_deref() == Some("0") {
-            ChunkCacheMode::Disabled
-        } else if flag("REFRACT_FRI_ROWMAP_PREWARM").as_deref() == Some("1") {
-            ChunkCacheMode::Prewarm
-        } else {
-            ChunkCacheMode::Lazy
-        }
-    }
 }
 
 /// A source fragment of the partition, in transition order.

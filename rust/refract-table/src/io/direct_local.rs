@@ -18,8 +18,9 @@
 //! written through a second, ordinary descriptor of the same file (the two
 //! never share a page).
 //! Where the file system refuses `O_DIRECT` (at open or on a write, `EINVAL`),
-//! the upload silently continues with ordinary writes. Set
-//! [`DIRECT_WRITES_ENV`]`=0` to turn direct writes off for the process.
+//! the upload silently continues with ordinary writes. The storage option
+//! [`DIRECT_WRITES_OPTION`]` = false` turns direct writes off for a dataset
+//! (the CLI maps `REFRACT_DIRECT_WRITES=0` onto it).
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -42,8 +43,8 @@ use object_store::{
     UploadPart,
 };
 
-/// Environment variable that turns direct writes off when set to `0` or `false`.
-pub const DIRECT_WRITES_ENV: &str = "REFRACT_DIRECT_WRITES";
+/// Storage option of a local dataset: `false` (or `0`) turns direct writes off.
+pub const DIRECT_WRITES_OPTION: &str = "refract_direct_writes";
 
 /// Alignment of direct writes: offsets, lengths and memory. 4 KiB satisfies
 /// both 512-byte and 4 KiB logical block sizes.
@@ -86,9 +87,9 @@ pub struct DirectLocalStore {
 }
 
 impl DirectLocalStore {
-    /// Wraps `inner`; direct writes are on unless [`DIRECT_WRITES_ENV`] says `0`/`false`.
+    /// Wraps `inner` with direct writes on.
     pub fn new(inner: LocalFileSystem) -> Self {
-        Self::with_direct_writes(inner, direct_writes_from_env())
+        Self::with_direct_writes(inner, true)
     }
 
     /// Wraps `inner`, choosing direct writes explicitly (`false`: plain writes,
@@ -98,13 +99,6 @@ impl DirectLocalStore {
             inner: Arc::new(inner),
             direct,
         }
-    }
-}
-
-fn direct_writes_from_env() -> bool {
-    match std::env::var(DIRECT_WRITES_ENV) {
-        Ok(value) => !matches!(value.trim().to_ascii_lowercase().as_str(), "0" | "false"),
-        Err(_) => true,
     }
 }
 

@@ -18,7 +18,7 @@ mod verifying_store;
 pub use cloud::{Cloud, StorageOptions};
 pub use counting::{CountingStore, PrefixStats, RequestStats};
 pub use deletion_file::{read_deletion_file, write_deletion_file, DeletionFileRef};
-pub use direct_local::{DirectLocalStore, DIRECT_WRITES_ENV};
+pub use direct_local::{DirectLocalStore, DIRECT_WRITES_OPTION};
 pub use fault::{is_injected_fault, CallKind, FaultInjectingStore, FaultMode, InjectedFault};
 pub use lance_concat::{concat_lance_files, ConcatInput, ConcatOutcome};
 pub use lance_files::{

@@ -23,7 +23,7 @@ use url::Url;
 
 use super::cloud::{open_cloud, redacted_uri, scheme_of, Cloud, CloudTraits, StorageOptions};
 use super::counting::{CountingStore, RequestStats};
-use super::direct_local::DirectLocalStore;
+use super::direct_local::{DirectLocalStore, DIRECT_WRITES_OPTION};
 use super::paths::RelativePath;
 use super::recorded_files::{verify_checksum_stream, verify_stream, FileJournal, RecordedFile};
 use super::verifying_store::{verification_failure, VerifyingStore};
@@ -169,9 +169,21 @@ impl DatasetStore {
             let (store, traits) = open_cloud(cloud, uri, options)?;
             return Ok(DatasetStore::around(store, &redacted_uri(uri), traits));
         }
-        if let Some(key) = options.keys().next() {
+        let direct_writes = match options.get(DIRECT_WRITES_OPTION) {
+            None => true,
+            Some(value) => match value.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => {
+                    return Err(Error::invalid_input(format!(
+                        "storage option {DIRECT_WRITES_OPTION:?} takes true or false"
+                    )))
+                }
+            },
+        };
+        if let Some(key) = options.keys().find(|key| *key != DIRECT_WRITES_OPTION) {
             return Err(Error::invalid_input(format!(
-                "storage option {key:?} does not apply to {uri} (options configure cloud stores)"
+                "storage option {key:?} does not apply to {uri} (options configure cloud stores; local ones take only {DIRECT_WRITES_OPTION:?})"
             )));
         }
         match scheme_of(uri) {
@@ -186,7 +198,7 @@ impl DatasetStore {
                 let path = url.to_file_path().map_err(|()| {
                     Error::invalid_input(format!("file URI {uri:?} is not an absolute local path"))
                 })?;
-                Self::open_local(&path, create).await
+                Self::open_local(&path, create, direct_writes).await
             }
             Some(other) => Err(Error::invalid_input(format!(
                 "unsupported URI scheme {other:?} in {:?} (supported: local paths, file://, memory://, s3://, az://, abfs[s]://, gs://)",
@@ -204,12 +216,12 @@ impl DatasetStore {
                         .map_err(|e| Error::external("resolving the current directory", e))?
                         .join(path)
                 };
-                Self::open_local(&absolute, create).await
+                Self::open_local(&absolute, create, direct_writes).await
             }
         }
     }
 
-    async fn open_local(path: &FsPath, create: bool) -> Result<DatasetStore> {
+    async fn open_local(path: &FsPath, create: bool, direct_writes: bool) -> Result<DatasetStore> {
         if create {
             tokio::fs::create_dir_all(path).await.map_err(|e| {
                 Error::external(format!("creating dataset directory {}", path.display()), e)
@@ -240,7 +252,8 @@ impl DatasetStore {
             Error::external(format!("opening local store at {}", canonical.display()), e)
         })?;
         // Large writes bypass the page cache (see `direct_local`).
-        let store: Arc<dyn ObjectStore> = Arc::new(DirectLocalStore::new(local));
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(DirectLocalStore::with_direct_writes(local, direct_writes));
         let uri = canonical.display().to_string();
         Ok(DatasetStore::from_object_store(store, &uri))
     }
@@ -612,6 +625,34 @@ pub(crate) fn store_error(action: &str, path: &RelativePath, err: object_store::
 #[cfg(test)]
 mod copy_tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_local_store_takes_only_the_direct_writes_option() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dir.path().to_str().unwrap();
+        for value in ["false", "0", "TRUE", "1"] {
+            let options: StorageOptions = [(DIRECT_WRITES_OPTION, value)].into_iter().collect();
+            DatasetStore::open_with_options(uri, false, &options)
+                .await
+                .unwrap();
+        }
+        let bad: StorageOptions = [(DIRECT_WRITES_OPTION, "sometimes")].into_iter().collect();
+        let err = DatasetStore::open_with_options(uri, false, &bad)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid input: storage option \"refract_direct_writes\" takes true or false"
+        );
+        let foreign: StorageOptions = [("aws_region", "x")].into_iter().collect();
+        let err = DatasetStore::open_with_options(uri, false, &foreign)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidInput { message } if message.contains("\"aws_region\" does not apply")),
+            "{err}"
+        );
+    }
 
     #[tokio::test]
     async fn copy_duplicates_an_object_and_reports_a_missing_source() {
