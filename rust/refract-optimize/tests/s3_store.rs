@@ -9,122 +9,24 @@
 
 #[path = "remap_common.rs"]
 mod common;
+#[path = "support/store_story.rs"]
+mod store_story;
 
 use std::sync::Arc;
 
 use common::fri_common::{rows, scan_ids, schema, write_options};
-use common::*;
 use refract_core::Error;
-use refract_index::IndexRegistry;
 use refract_optimize::compaction::{compact_files, CompactionOptions};
-use refract_optimize::fri::fri_uuid;
-use refract_optimize::maintain::{maintain, MaintainOptions};
-use refract_optimize::remap::{remap_indices, RemapOptions};
-use refract_optimize::trim::trim_fri;
-use refract_table::io::StorageOptions;
 use refract_table::testing::{s3_test_location, s3_test_options};
-use refract_table::{Dataset, OpenOptions};
-
-fn open_options(storage: &StorageOptions) -> OpenOptions {
-    OpenOptions {
-        storage_options: storage.clone(),
-        ..OpenOptions::default()
-    }
-}
-
-fn builtins() -> Arc<IndexRegistry> {
-    Arc::new(IndexRegistry::with_builtins())
-}
-
-/// What a story ends with: ids in scan order, fragment sizes, the version.
-#[derive(Debug, PartialEq, Eq)]
-struct Outcome {
-    ids: Vec<i64>,
-    fragment_rows: Vec<u64>,
-    version: u64,
-}
-
-/// Load, index, delete, deferred compaction, partition, remap, trim, inline
-/// compaction, then maintain until no-op; every indexed query equals a scan
-/// after each step.
-async fn story(uri: &str, storage: &StorageOptions) -> Outcome {
-    let mut dataset = Dataset::create(uri, schema(), open_options(storage))
-        .await
-        .unwrap();
-    dataset
-        .append(vec![rows(0, 600)], &write_options(50))
-        .await
-        .unwrap();
-    for (name, column, index_type) in INDICES {
-        dataset = add_index(&dataset, name, column, index_type).await;
-    }
-    dataset.delete("id >= 100 AND id < 130").await.unwrap();
-    let compaction = CompactionOptions {
-        target_rows_per_fragment: 200,
-        ..CompactionOptions::default()
-    };
-    assert!(deferred_compaction(&mut dataset, &compaction).await);
-    assert!(fri_uuid(dataset.manifest()).is_some());
-    assert_queries_match(&dataset, builtins()).await;
-    dataset
-        .append(vec![rows(600, 120)], &write_options(40))
-        .await
-        .unwrap();
-    partition(&mut dataset, None, 2).await;
-    assert_queries_match(&dataset, builtins()).await;
-    remap_indices(&mut dataset, RemapOptions::default())
-        .await
-        .unwrap();
-    trim_fri(&mut dataset).await.unwrap();
-    assert_queries_match(&dataset, builtins()).await;
-    compact_files(&mut dataset, &compaction, None)
-        .await
-        .unwrap();
-    assert_queries_match(&dataset, builtins()).await;
-    let options = MaintainOptions {
-        compaction: Some(compaction),
-        reindex: true,
-        until_noop: true,
-        ..MaintainOptions::default()
-    };
-    let report = maintain(&mut dataset, options.clone()).await.unwrap();
-    assert!(report.converged, "{report:#?}");
-    assert_queries_match(&dataset, builtins()).await;
-    // One more round commits nothing.
-    let version = dataset.version();
-    let again = maintain(&mut dataset, options).await.unwrap();
-    assert!(again.rounds.iter().all(|r| r.is_noop()), "{again:#?}");
-    assert_eq!(dataset.latest_version().await.unwrap(), version);
-    // A fresh open through the same options sees the same table.
-    let reopened = Dataset::open_with(uri, open_options(storage))
-        .await
-        .unwrap();
-    assert_eq!(reopened.version(), version);
-    Outcome {
-        ids: scan_ids(&reopened).await,
-        fragment_rows: reopened
-            .fragments()
-            .iter()
-            .map(|f| f.physical_rows)
-            .collect(),
-        version,
-    }
-}
+use refract_table::Dataset;
+use store_story::{assert_story_ends_as_on_a_local_directory, open_options};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_maintenance_story_on_s3_ends_as_on_a_local_directory() {
     let Some((uri, storage)) = s3_test_location("story") else {
         return;
     };
-    let on_s3 = story(&uri, &storage).await;
-    let dir = tempfile::tempdir().unwrap();
-    let local = story(dir.path().to_str().unwrap(), &StorageOptions::new()).await;
-    assert_eq!(on_s3, local);
-    let mut expected: Vec<i64> = (0..720).filter(|id| !(100..130).contains(id)).collect();
-    let mut got = on_s3.ids.clone();
-    got.sort_unstable();
-    expected.sort_unstable();
-    assert_eq!(got, expected, "nothing lost or duplicated");
+    assert_story_ends_as_on_a_local_directory(&uri, &storage).await;
 }
 
 #[tokio::test]

@@ -81,6 +81,15 @@ pub enum RigBackend {
         /// An existing bucket.
         bucket: &'static str,
     },
+    /// A fresh prefix in `container` of the Azure Blob service at `endpoint`
+    /// (tests: Azurite's `http://127.0.0.1:PORT/devstoreaccount1`, with its
+    /// well-known development account).
+    Azure {
+        /// Account URL.
+        endpoint: &'static str,
+        /// An existing container.
+        container: &'static str,
+    },
 }
 
 /// A temporary dataset directory, removed on drop.
@@ -118,7 +127,19 @@ impl FaultRig {
             RigBackend::Memory => Ok(Self::memory()),
             RigBackend::Local => Self::local(),
             RigBackend::S3 { endpoint, bucket } => Self::s3(endpoint, bucket),
+            RigBackend::Azure {
+                endpoint,
+                container,
+            } => Self::azure(endpoint, container),
         }
+    }
+
+    /// A fresh prefix in a container of an Azure Blob service (Azurite).
+    pub fn azure(endpoint: &str, container: &str) -> Result<FaultRig> {
+        let uri = format!("az://{container}/rig-{}", uuid::Uuid::new_v4());
+        let options = azure_test_options(endpoint);
+        let (store, _) = crate::io::cloud::open_cloud(crate::io::Cloud::Azure, &uri, &options)?;
+        Ok(Self::over(store))
     }
 
     /// A fresh prefix on an S3-compatible server.
@@ -533,4 +554,49 @@ pub fn s3_test_location(name: &str) -> Option<(String, crate::io::StorageOptions
         std::env::var("REFRACT_TEST_S3_BUCKET").unwrap_or_else(|_| "refract-test".to_string());
     let uri = format!("s3://{bucket}/{name}-{}", uuid::Uuid::new_v4());
     Some((uri, s3_test_options(&endpoint)))
+}
+
+/// The account Azurite (and the legacy Azure Storage Emulator) serves.
+pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+
+/// The published, well-known key of [`AZURITE_ACCOUNT`] (not a secret:
+/// <https://learn.microsoft.com/azure/storage/common/storage-use-azurite#well-known-storage-account-and-key>).
+pub const AZURITE_ACCOUNT_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// Storage options that reach Azurite's development account at `endpoint`
+/// (its account URL, `http://127.0.0.1:PORT/devstoreaccount1`) with Shared
+/// Key auth: the explicit account, key and endpoint keys a real account with a
+/// custom endpoint uses, so nothing depends on `AZURITE_BLOB_STORAGE_URL`.
+pub fn azure_test_options(endpoint: &str) -> crate::io::StorageOptions {
+    [
+        ("azure_storage_account_name", AZURITE_ACCOUNT),
+        ("azure_storage_account_key", AZURITE_ACCOUNT_KEY),
+        ("azure_storage_endpoint", endpoint),
+        ("allow_http", "true"),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A fresh `az://` dataset URI under `name` on the Azurite blob service named
+/// by `REFRACT_TEST_AZURE_ENDPOINT` (container `REFRACT_TEST_AZURE_CONTAINER`,
+/// default `refract-test`; `ci/test.sh` starts the emulator), with its
+/// options. `None`, said loudly on stderr, when no emulator is configured;
+/// panics instead when `REFRACT_TEST_AZURE_REQUIRED` is set (CI).
+pub fn azure_test_location(name: &str) -> Option<(String, crate::io::StorageOptions)> {
+    let Ok(endpoint) = std::env::var("REFRACT_TEST_AZURE_ENDPOINT") else {
+        assert!(
+            std::env::var_os("REFRACT_TEST_AZURE_REQUIRED").is_none(),
+            "REFRACT_TEST_AZURE_REQUIRED is set but REFRACT_TEST_AZURE_ENDPOINT is not"
+        );
+        eprintln!(
+            "SKIPPED {name}: no Azure emulator (REFRACT_TEST_AZURE_ENDPOINT unset; ci/test.sh starts Azurite)"
+        );
+        return None;
+    };
+    let container = std::env::var("REFRACT_TEST_AZURE_CONTAINER")
+        .unwrap_or_else(|_| "refract-test".to_string());
+    let uri = format!("az://{container}/{name}-{}", uuid::Uuid::new_v4());
+    Some((uri, azure_test_options(&endpoint)))
 }
