@@ -331,6 +331,14 @@ pub enum Command {
         /// Also index live fragments no segment stores directly.
         #[arg(long)]
         reindex: bool,
+        /// After the rounds, expire versions older than this (90s, 30m, 12h,
+        /// 7d, 2w) that --keep-last does not keep; tagged versions stay.
+        #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = duration)]
+        older_than: Option<std::time::Duration>,
+        /// After the rounds, keep only the newest N versions (and those
+        /// --older-than keeps, and tagged ones).
+        #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = integer(1u64, None))]
+        keep_last: Option<u64>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,

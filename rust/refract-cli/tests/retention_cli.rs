@@ -711,3 +711,32 @@ fn an_indexed_query_at_a_tagged_version_still_translates_after_trim_and_cleanup(
     assert_eq!(latest, vec![4, 1507]);
     ok(&["verify", &uri, "--all-versions", "--deep"]);
 }
+
+#[test]
+fn maintain_expires_old_versions_after_its_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = history(dir.path());
+    let before = ids(&["scan", &uri]);
+    let text = ok(&[
+        "maintain",
+        &uri,
+        "--until-noop",
+        "--target-rows",
+        "100",
+        "--keep-last",
+        "1",
+    ]);
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with("retention: expired ") && last.contains(" file(s), freed "),
+        "{text}"
+    );
+    let versions = listed_versions(&uri);
+    assert_eq!(versions.len(), 1, "{versions:?}");
+    assert_eq!(ids(&["scan", &uri]), before);
+    // A bad policy is a usage error before anything runs.
+    let (err, code) = refused(&["maintain", &uri, "--keep-last", "0"]);
+    assert!(err.contains("--keep-last"), "{err}");
+    assert_eq!(code, 2);
+    assert_eq!(listed_versions(&uri), versions);
+}

@@ -9,6 +9,7 @@ use refract_optimize::maintain::{maintain, MaintainOptions};
 use refract_optimize::remap::report::{SegmentStatus, UnchangedReason};
 use refract_optimize::remap::{remap_indices, RemapOptions};
 use refract_optimize::trim::trim_fri;
+use refract_table::RetentionPolicy;
 
 use super::compact::options_from_args;
 use crate::args::CompactArgs;
@@ -170,16 +171,21 @@ pub async fn run_maintain(
     args: &CompactArgs,
     until_noop_rounds: Option<usize>,
     reindex: bool,
+    retention: Option<RetentionPolicy>,
     json: bool,
 ) -> Result<()> {
     let mut dataset = at.open().await?;
     let defaults = MaintainOptions::default();
     let options = MaintainOptions {
         compaction: Some(options_from_args(args)?),
+        remap: RemapOptions {
+            chunk_cache: crate::settings::chunk_cache_mode(),
+            ..RemapOptions::default()
+        },
         reindex,
         until_noop: until_noop_rounds.is_some(),
         max_rounds: until_noop_rounds.unwrap_or(defaults.max_rounds),
-        ..defaults
+        retention,
     };
     let max_rounds = options.max_rounds;
     let report = maintain(&mut dataset, options).await?;
@@ -208,6 +214,14 @@ pub async fn run_maintain(
     if until_noop_rounds.is_some() && !report.converged {
         crate::out!(
             "stopped at --max-rounds {max_rounds} before a round committed nothing; run again to continue"
+        );
+    }
+    if let Some(retention) = &report.retention {
+        crate::out!(
+            "retention: expired {} version(s), removed {} file(s), freed {} bytes",
+            retention.expired_versions.len(),
+            retention.removed.len(),
+            retention.bytes_freed
         );
     }
     Ok(())

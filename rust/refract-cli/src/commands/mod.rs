@@ -146,10 +146,20 @@ pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
             until_noop,
             max_rounds,
             reindex,
+            older_than,
+            keep_last,
             json,
         } => {
             let rounds = if until_noop { Some(max_rounds) } else { None };
-            fri::run_maintain(&at(&uri), &options, rounds, reindex, json).await
+            let retention = (older_than.is_some() || keep_last.is_some()).then_some({
+                refract_table::RetentionPolicy {
+                    older_than,
+                    keep_last,
+                    keep_tagged: true,
+                    dry_run: false,
+                }
+            });
+            fri::run_maintain(&at(&uri), &options, rounds, reindex, retention, json).await
         }
         Command::CompactCommit { uri, results, json } => {
             compact::compact_commit(&at(&uri), &results, json).await
