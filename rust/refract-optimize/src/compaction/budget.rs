@@ -22,6 +22,7 @@
 
 use super::balance::Balance;
 use super::candidates::{CandidateRules, FragmentStats};
+use super::moves::{could_run_whole, leftmost_balanced_run};
 use super::options::CompactionOptions;
 use super::planner::TaskPlan;
 
@@ -147,16 +148,45 @@ impl Sizing {
     }
 }
 
+/// How hard a cut tries: [`Effort::Preferred`] cuts keep the task's balance
+/// reachable; [`Effort::AnyMove`] is the last resort that keeps budgets from
+/// stalling a merge that fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effort {
+    /// The largest useful prefix, else (for a task that could run whole once
+    /// merged) the leftmost merge window.
+    Preferred,
+    /// The leftmost balanced move of the task.
+    AnyMove,
+}
+
 /// The useful cut of a task that does not fit whole, if any fits `budget`.
+///
+/// With [`Effort::Preferred`]: a task that could run whole once merged below
+/// target keeps its own balance reachable (the largest useful prefix, walking
+/// back, else the leftmost merge window); a task that never can (more rows or
+/// bytes than the budget, or too many pieces) takes only the largest fitting
+/// prefix, and only if it is useful. With [`Effort::AnyMove`]: the leftmost
+/// balanced move, so a task with two adjacent fragments that fit the budget is
+/// never stalled. The planner tries the second only when the first fits
+/// neither the remaining nor a fresh budget.
 pub fn useful_cut(
     sources: &[FragmentStats],
     balance: &Balance,
     rules: &CandidateRules,
     budget: &SourceBudget,
     sizing: Sizing,
+    effort: Effort,
 ) -> Option<BudgetCut> {
-    largest_useful_prefix(sources, balance, rules, budget, sizing)
-        .or_else(|| leftmost_merge_window(sources, rules, budget, sizing))
+    if effort == Effort::AnyMove {
+        return leftmost_balanced_run(sources, rules, budget, sizing);
+    }
+    let whole_reachable = could_run_whole(sources, budget, sizing.target);
+    largest_useful_prefix(sources, balance, rules, budget, sizing, whole_reachable).or_else(|| {
+        whole_reachable
+            .then(|| leftmost_merge_window(sources, rules, budget, sizing))
+            .flatten()
+    })
 }
 
 /// The live rows and estimated bytes of a run of fragments.
@@ -194,8 +224,10 @@ fn largest_useful_prefix(
     rules: &CandidateRules,
     budget: &SourceBudget,
     sizing: Sizing,
+    walk_back: bool,
 ) -> Option<BudgetCut> {
-    // Grow the prefix while it fits, then walk back to the largest useful one.
+    // Grow the prefix while it fits, then (if asked) walk back to the largest
+    // useful one.
     let mut fitting = 0;
     let mut size = RunSize::default();
     for fragment in sources {
@@ -209,7 +241,8 @@ fn largest_useful_prefix(
     let first_materializes = sources
         .first()
         .is_some_and(|f| rules.has_deletions_to_materialize(f));
-    for k in (1..=fitting).rev() {
+    let shortest = if walk_back { 1 } else { fitting.max(1) };
+    for k in (shortest..=fitting).rev() {
         let progress = k >= 2 || first_materializes;
         let output_rows = if sizing.max_bytes_per_file.is_some() {
             // Under a byte cap the prefix is sized as a task of its own, with its
@@ -389,14 +422,13 @@ mod tests {
         let live = rows.iter().sum();
         let balance = Balance::for_task(live, 0, target, None);
         let rules = CandidateRules::new(&o);
-        useful_cut(
-            &sources,
-            &balance,
-            &rules,
-            &SourceBudget::new(&o),
-            Sizing::new(&o),
-        )
-        .map(|c| c.plan)
+        [Effort::Preferred, Effort::AnyMove]
+            .into_iter()
+            .find_map(|effort| {
+                let budget = SourceBudget::new(&o);
+                useful_cut(&sources, &balance, &rules, &budget, Sizing::new(&o), effort)
+                    .map(|c| c.plan)
+            })
     }
 
     #[test]
@@ -432,8 +464,41 @@ mod tests {
     }
 
     #[test]
-    fn inherently_stuck_triple_has_no_cut() {
-        // Every merge of two would leave a lone sub-target fragment behind.
-        assert_eq!(cut(&[60, 60, 79], 100, 2), None);
+    fn triple_that_cannot_run_whole_merges_its_leftmost_pair() {
+        // Every merge of two leaves a lone sub-target fragment behind, but one
+        // below-target fragment beats three: the leftmost pair is a balanced move.
+        let plan = cut(&[60, 60, 79], 100, 2).unwrap();
+        assert_eq!(plan.fragment_ids, vec![0, 1]);
+        assert_eq!(plan.output_rows, vec![120]);
+    }
+
+    #[test]
+    fn task_too_big_for_any_run_writes_full_outputs_from_the_left() {
+        // Six 200-row fragments at target 1000 under 1000 rows per run: the task's
+        // one output of 1200 can never be written; five fragments make 1000.
+        let o = options(|o| {
+            o.target_rows_per_fragment = 1000;
+            o.max_source_rows = Some(1000);
+        });
+        let sources: Vec<_> = (0..6).map(|i| frag(i, 200)).collect();
+        let balance = Balance::for_task(1200, 0, 1000, None);
+        let rules = CandidateRules::new(&o);
+        let budget = SourceBudget::new(&o);
+        let sizing = Sizing::new(&o);
+        // The task can never run whole and its largest fitting prefix would carry
+        // a full remainder into its last output: the balanced move takes over.
+        let preferred = useful_cut(
+            &sources,
+            &balance,
+            &rules,
+            &budget,
+            sizing,
+            Effort::Preferred,
+        );
+        assert_eq!(preferred, None);
+        let cut = useful_cut(&sources, &balance, &rules, &budget, sizing, Effort::AnyMove);
+        let plan = cut.unwrap().plan;
+        assert_eq!(plan.fragment_ids, vec![0, 1, 2, 3, 4]);
+        assert_eq!(plan.output_rows, vec![1000]);
     }
 }

@@ -21,12 +21,17 @@ pub mod commit;
 pub mod execute;
 pub mod inline_remap;
 mod landed;
+pub mod moves;
 pub mod options;
 pub mod plan;
 pub mod planner;
 pub mod simulate;
 pub mod verify;
 
+#[cfg(test)]
+mod planner_reference;
+#[cfg(test)]
+mod planner_reference_tests;
 #[cfg(test)]
 mod planner_tests;
 

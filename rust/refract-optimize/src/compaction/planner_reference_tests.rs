@@ -1,0 +1,319 @@
+//! The budgeted planner against its quality reference (docs/compaction.md,
+//! invariants 3 and 5): at the fixed point no merge of below-target fragments
+//! fits the budget, and there are no more below-target fragments than the best
+//! layout reachable by moves (`planner_reference`). Exhaustive over small grids,
+//! random over layouts, targets, budgets of every kind, deletions, exclusions and
+//! coverage keys.
+
+use proptest::prelude::*;
+use rstest::rstest;
+
+use super::budget::{SourceBudget, SourceUse};
+use super::candidates::{Candidacy, CandidateRules};
+use super::planner_reference::reference_below_target;
+use super::planner_tests::{
+    apply, arb_options, build_options, converge, describe, layout, sizes, with, Budget,
+};
+use super::*;
+
+fn below_target(fragments: &[FragmentStats], target: u64) -> usize {
+    fragments.iter().filter(|f| f.live_rows < target).count()
+}
+
+/// Invariant 3 at a fixed point: the first adjacent pair of below-target
+/// candidates of one bin that fits a fresh budget, if any. (Any longer run that
+/// fits contains such a pair, since budgets only grow with the run.)
+fn stalled_pair(fragments: &[FragmentStats], options: &CompactionOptions) -> Option<usize> {
+    let rules = CandidateRules::new(options);
+    let target = options.target_rows_per_fragment;
+    let movable = |f: &FragmentStats| f.live_rows < target && rules.candidacy(f) != Candidacy::None;
+    let budget = SourceBudget::new(options);
+    fragments.windows(2).position(|pair| {
+        movable(&pair[0])
+            && movable(&pair[1])
+            && pair[0].coverage_key == pair[1].coverage_key
+            && budget.admits(SourceUse::of_all(pair))
+    })
+}
+
+/// Runs the planner to its fixed point (checking invariants 1, 2 and 4 every
+/// round) and checks invariant 3 there. Returns the fixed point.
+fn check_no_stall(start: &[FragmentStats], options: &CompactionOptions) -> Vec<FragmentStats> {
+    let fixed = converge(start, options).fragments;
+    if let Some(at) = stalled_pair(&fixed, options) {
+        panic!(
+            "stall at {at}: {:?}\n{}",
+            sizes(&fixed),
+            describe(start, options)
+        );
+    }
+    fixed
+}
+
+/// [`check_no_stall`], and without a byte cap invariant 5: no more below-target
+/// fragments than the exhaustive reference.
+fn check_against_reference(
+    start: &[FragmentStats],
+    options: &CompactionOptions,
+) -> Vec<FragmentStats> {
+    let fixed = check_no_stall(start, options);
+    if options.max_bytes_per_file.is_none() {
+        let target = options.target_rows_per_fragment;
+        let reference = reference_below_target(start, options);
+        assert!(
+            below_target(&fixed, target) <= reference,
+            "fixed point {:?} has more than the reference's {reference} below-target fragments\n{}",
+            sizes(&fixed),
+            describe(start, options)
+        );
+    }
+    fixed
+}
+
+/// Layouts of up to this many fragments meet the reference under every budget
+/// outside the near-target gap; longer ones have known gaps (docs/compaction.md,
+/// invariant 5) and are checked for invariant 3 only.
+const REFERENCE_MET_UP_TO: usize = 4;
+
+fn check_within_known_gaps(start: &[FragmentStats], options: &CompactionOptions) {
+    if start.len() <= REFERENCE_MET_UP_TO {
+        check_against_reference(start, options);
+    } else {
+        check_no_stall(start, options);
+    }
+}
+
+// ---------------------------------------------------------------- the issue's examples
+
+#[test]
+fn three_fifties_two_fragment_budget_merges_a_pair() {
+    let o = with(100, |o| o.max_source_fragments = Some(2));
+    let fixed = check_against_reference(&layout(&[50; 3]), &o);
+    assert_eq!(sizes(&fixed), vec![100, 50]);
+}
+
+#[test]
+fn twelve_two_hundreds_row_budget_writes_full_outputs() {
+    let o = with(1000, |o| o.max_source_rows = Some(1000));
+    let fixed = check_against_reference(&layout(&[200; 12]), &o);
+    assert_eq!(sizes(&fixed), vec![1000, 1000, 400]);
+}
+
+#[test]
+fn reference_of_the_issue_examples() {
+    let two = with(100, |o| o.max_source_fragments = Some(2));
+    assert_eq!(reference_below_target(&layout(&[50; 3]), &two), 1);
+    assert_eq!(reference_below_target(&layout(&[60, 60, 79]), &two), 1);
+    let rows = with(1000, |o| o.max_source_rows = Some(1000));
+    assert_eq!(reference_below_target(&layout(&[200; 12]), &rows), 1);
+    // The seed case: the reference reaches [300, 200]; the planner's carries do
+    // better, [250, 250].
+    let seed = with(250, |o| o.max_source_fragments = Some(2));
+    assert_eq!(reference_below_target(&layout(&[100; 5]), &seed), 1);
+    let fixed = check_against_reference(&layout(&[100; 5]), &seed);
+    assert_eq!(sizes(&fixed), vec![250, 250]);
+    // Nothing fits: the start is the reference.
+    let tiny = with(100, |o| o.max_source_rows = Some(59));
+    assert_eq!(reference_below_target(&layout(&[60, 30]), &tiny), 2);
+}
+
+/// Known gaps (docs/compaction.md, invariant 5): with a row or byte budget
+/// between the target and about 1.5 times it, the greedy cut merges the first
+/// fitting pair below target, after which the pair the best layout needs no
+/// longer fits. Exact layouts, so a better planner shows up here.
+#[rstest]
+// The smallest: the reference merges [10, 90] into [10, 100].
+#[case::smallest(&[10, 10, 90], vec![20, 90], 1)]
+// Across a task boundary ([40, 90] | [10, 10, 90]): the reference writes
+// [40, 100, 100].
+#[case::across_tasks(&[40, 90, 10, 10, 90], vec![40, 90, 20, 90], 1)]
+fn greedy_cut_misses_the_reference_near_the_target(
+    #[case] rows: &[u64],
+    #[case] planner: Vec<u64>,
+    #[case] reference: usize,
+) {
+    let o = with(100, |o| o.max_source_rows = Some(100));
+    let start = layout(rows);
+    assert_eq!(reference_below_target(&start, &o), reference);
+    assert_eq!(sizes(&check_no_stall(&start, &o)), planner);
+}
+
+#[test]
+fn two_fragment_budget_on_a_stuck_triple_merges_a_pair() {
+    // Every pair of [60, 60, 79] reaches the target: one below-target fragment is
+    // the best any sequence of two-fragment merges can leave.
+    let o = with(100, |o| o.max_source_fragments = Some(2));
+    let fixed = check_against_reference(&layout(&[60, 60, 79]), &o);
+    assert_eq!(below_target(&fixed, 100), 1);
+}
+
+// ---------------------------------------------------------------- exhaustive grids
+
+/// Every layout of `count` fragments with sizes from `sizes`, in order.
+fn all_layouts(count: usize, sizes: &[u64]) -> Vec<Vec<u64>> {
+    (0..count).fold(vec![Vec::new()], |layouts, _| {
+        layouts
+            .iter()
+            .flat_map(|prefix| {
+                sizes.iter().map(move |&size| {
+                    let mut next = prefix.clone();
+                    next.push(size);
+                    next
+                })
+            })
+            .collect()
+    })
+}
+
+#[rstest]
+fn small_grids_meet_the_reference(
+    #[values(1, 2, 3, 4, 5, 6)] count: usize,
+    #[values(
+        Budget::None,
+        Budget::Fragments(1),
+        Budget::Fragments(2),
+        Budget::Fragments(3),
+        Budget::Rows(90),
+        Budget::Rows(199),
+        Budget::Rows(260),
+        Budget::Bytes(2000),
+        Budget::Combined(2, 190, 10_000),
+        Budget::Combined(3, 250, 2500)
+    )]
+    budget: Budget,
+) {
+    let o = with(100, |o| apply(budget, o));
+    for rows in all_layouts(count, &[10, 40, 50, 60, 90, 130]) {
+        check_within_known_gaps(&layout(&rows), &o);
+    }
+}
+
+/// Budgets in the known gap (row and byte budgets from the target to about
+/// 1.5 times it): invariant 3 everywhere, invariant 5 not (see
+/// `greedy_cut_misses_the_reference_near_the_target`).
+#[rstest]
+fn small_grids_near_the_target_never_stall(
+    #[values(1, 2, 3, 4, 5, 6)] count: usize,
+    #[values(Budget::Rows(100), Budget::Rows(150), Budget::Bytes(1000))] budget: Budget,
+) {
+    let o = with(100, |o| apply(budget, o));
+    for rows in all_layouts(count, &[10, 40, 50, 60, 90, 130]) {
+        check_no_stall(&layout(&rows), &o);
+    }
+}
+
+#[rstest]
+fn small_grids_with_deletions_exclusions_and_keys(
+    #[values(3, 4, 5)] count: usize,
+    #[values(0, 1, 2)] variant: u64,
+    #[values(
+        Budget::Fragments(2),
+        Budget::Fragments(3),
+        Budget::Rows(90),
+        Budget::Rows(120),
+        Budget::Rows(220),
+        Budget::Bytes(1500),
+        Budget::Bytes(2500),
+        Budget::Combined(2, 150, 2000)
+    )]
+    budget: Budget,
+) {
+    // Row and byte budgets from the target to 1.5 times it are in the known gap.
+    let in_gap = matches!(
+        budget,
+        Budget::Rows(120) | Budget::Bytes(1500) | Budget::Combined(..)
+    );
+    for rows in all_layouts(count, &[20, 50, 80, 120]) {
+        let mut start = layout(&rows);
+        for (i, f) in start.iter_mut().enumerate() {
+            match (variant, i % 3) {
+                // Every third fragment loses a third of its rows.
+                (0, 1) => f.live_rows -= f.physical_rows / 3,
+                // Coverage keys change in the middle.
+                (1, _) => f.coverage_key = u64::from(2 * i >= count),
+                // A deleted fifth: at the default threshold, dirty.
+                (2, 0) => f.live_rows -= f.physical_rows / 5,
+                _ => {}
+            }
+        }
+        let o = with(100, |o| {
+            apply(budget, o);
+            if variant == 2 {
+                o.excluded_fragment_ids = vec![2];
+            }
+        });
+        if in_gap {
+            check_no_stall(&start, &o);
+        } else {
+            check_within_known_gaps(&start, &o);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- properties
+
+/// Up to ten fragments (the reference is exhaustive), sizes around the target,
+/// deletions and coverage key changes.
+fn arb_small_layout() -> impl Strategy<Value = Vec<FragmentStats>> {
+    prop::collection::vec((0u64..320, 0u64..4, 0u64..5, 1u64..9), 1..=10).prop_map(|specs| {
+        let mut key = 0;
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (physical, deletion, key_change, bytes_per_row))| {
+                if key_change == 0 {
+                    key = (key + 1) % 2;
+                }
+                let live = match deletion {
+                    0 => physical / 2,
+                    1 => physical.saturating_sub(physical / 20),
+                    _ => physical,
+                };
+                FragmentStats {
+                    id: i as u64,
+                    physical_rows: physical,
+                    live_rows: live,
+                    bytes: physical * bytes_per_row,
+                    coverage_key: key,
+                }
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("REFRACT_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300)
+    ))]
+
+    /// Invariants 3 and 5 over random layouts and budgets of every kind.
+    #[test]
+    fn random_layouts_meet_the_reference(start in arb_small_layout(), knobs in arb_options()) {
+        let o = build_options(&start, knobs);
+        check_within_known_gaps(&start, &o);
+    }
+
+    /// Invariant 3 with row budgets near the target, where whole outputs barely
+    /// fit (invariant 5 has known gaps there).
+    #[test]
+    fn row_budgets_near_the_target_never_stall(
+        start in arb_small_layout(),
+        target in 50u64..300,
+        permille in 500u64..2500,
+        fragments in prop::option::of(1u64..5),
+    ) {
+        let o = with(target, |o| {
+            o.max_source_rows = Some((target * permille / 1000).max(1));
+            o.max_source_fragments = fragments;
+        });
+        check_no_stall(&start, &o);
+    }
+
+    /// Invariant 3 with byte caps too.
+    #[test]
+    fn byte_caps_never_stall(start in arb_small_layout(), knobs in arb_options(), cap in 1u64..4000) {
+        let mut o = build_options(&start, knobs);
+        o.max_bytes_per_file = Some(cap);
+        check_against_reference(&start, &o);
+    }
+}
