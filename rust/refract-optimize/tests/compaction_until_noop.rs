@@ -62,6 +62,36 @@ async fn seed_reproducer_five_hundreds_budget_two_ends_at_two_fifties() {
 }
 
 #[tokio::test]
+async fn two_fragment_budget_merges_two_of_three_fifties() {
+    // Issue 20: the planner used to stall at [50, 50, 50]; any merge of two
+    // leaves one below-target fragment instead of three.
+    let mut dataset = dataset_with_fragments(&[50; 3]).await;
+    let expected: Vec<i64> = (0..150).collect();
+    let options = CompactionOptions {
+        target_rows_per_fragment: 100,
+        max_source_fragments: Some(2),
+        ..CompactionOptions::default()
+    };
+    assert_eq!(until_noop(&mut dataset, &options, &expected).await, 1);
+    assert_eq!(fragment_sizes(&dataset), vec![100, 50]);
+}
+
+#[tokio::test]
+async fn row_budget_writes_full_outputs_from_twelve_two_hundreds() {
+    // Issue 20: the planner used to end at [800, 400, 800, 400]; runs of 1,000
+    // rows each make two full fragments.
+    let mut dataset = dataset_with_fragments(&[200; 12]).await;
+    let expected: Vec<i64> = (0..2400).collect();
+    let options = CompactionOptions {
+        target_rows_per_fragment: 1000,
+        max_source_rows: Some(1000),
+        ..CompactionOptions::default()
+    };
+    until_noop(&mut dataset, &options, &expected).await;
+    assert_eq!(fragment_sizes(&dataset), vec![1000, 1000, 400]);
+}
+
+#[tokio::test]
 async fn early_partial_rewrite_keeps_scan_order() {
     let mut dataset = dataset_with_fragments(&[100; 5]).await;
     let before = scan_ids(&dataset).await;
