@@ -238,6 +238,11 @@ fn largest_useful_prefix(
         size = next;
         fitting += 1;
     }
+    let can_merge = budget.fresh().admits(SourceUse {
+        fragments: 2,
+        rows: 0,
+        bytes: 0,
+    });
     let first_materializes = sources
         .first()
         .is_some_and(|f| rules.has_deletions_to_materialize(f));
@@ -256,7 +261,10 @@ fn largest_useful_prefix(
             );
             progress.then(|| own.sizes().collect())
         } else {
-            carried_prefix_outputs(balance, size.sources.rows, sizing.target).filter(|_| progress)
+            // A carried rest must merge forward later, which a budget of one
+            // fragment never allows: then only a prefix without a rest is useful.
+            carried_prefix_outputs(balance, size.sources.rows, sizing.target)
+                .filter(|outputs| progress && (can_merge || carries_nothing(balance, outputs)))
         };
         if let Some(output_rows) = output_rows {
             let plan = TaskPlan {
@@ -272,6 +280,14 @@ fn largest_useful_prefix(
         size = size.minus(&sources[k - 1]); // k >= 1
     }
     None
+}
+
+/// True when `outputs` are complete outputs of `balance` only (no carried rest).
+fn carries_nothing(balance: &Balance, outputs: &[u64]) -> bool {
+    outputs
+        .iter()
+        .enumerate()
+        .all(|(index, &rows)| rows == balance.size(index as u64))
 }
 
 /// The complete outputs of the whole task's `balance` inside a prefix of `rows`

@@ -238,6 +238,40 @@ fn default_parallelism() -> usize {
 
 /// Plans, executes and commits one compaction run. An empty plan commits nothing
 /// and returns default metrics. On success `dataset` moves to the new version.
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> refract_core::Result<()> {
+/// use std::sync::Arc;
+///
+/// use arrow_array::{Int64Array, RecordBatch};
+/// use arrow_schema::{DataType, Field, Schema};
+/// use refract_optimize::compaction::{compact_files, CompactionOptions};
+/// use refract_table::{Dataset, OpenOptions, WriteOptions};
+///
+/// let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+/// let mut dataset =
+///     Dataset::create("memory://compact-example", schema.clone(), OpenOptions::default())
+///         .await?;
+/// for start in (0..100).step_by(10) {
+///     let ids = Arc::new(Int64Array::from_iter_values(start..start + 10));
+///     let batch = RecordBatch::try_new(schema.clone(), vec![ids]).expect("ids match");
+///     dataset.append(vec![batch], &WriteOptions::default()).await?;
+/// }
+/// assert_eq!(dataset.fragments().len(), 10);
+/// let metrics = compact_files(&mut dataset, &CompactionOptions::default(), None).await?;
+/// assert_eq!((metrics.fragments_removed, metrics.fragments_added), (10, 1));
+/// // Execute until no-op: a second run commits nothing.
+/// let again = compact_files(&mut dataset, &CompactionOptions::default(), None).await?;
+/// assert_eq!(again.committed_version, None);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// InvalidInput for bad options; a retryable Conflict when a concurrent
+/// commit rewrote the same fragments; Corrupt or NotFound for damaged or
+/// missing source files (nothing is committed then); store errors.
 pub async fn compact_files(
     dataset: &mut Dataset,
     options: &CompactionOptions,
