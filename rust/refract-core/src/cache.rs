@@ -45,18 +45,35 @@ pub enum KeyParts {
     /// An object path (relative to the store root).
     Path(String),
     /// A dataset root and a manifest version.
-    RootVersion { root: String, version: u64 },
+    RootVersion {
+        /// The dataset root URI.
+        root: String,
+        /// The manifest version.
+        version: u64,
+    },
     /// A uuid.
     Uuid(u128),
     /// A manifest version and a uuid.
-    VersionUuid { version: u64, uuid: u128 },
+    VersionUuid {
+        /// The manifest version.
+        version: u64,
+        /// The uuid.
+        uuid: u128,
+    },
     /// A content fingerprint and a storage binding (root URI).
     FingerprintBinding {
+        /// The content fingerprint.
         fingerprint: [u8; 32],
+        /// The root URI the content is bound to.
         binding: String,
     },
     /// A content fingerprint and a chunk index.
-    FingerprintChunk { fingerprint: [u8; 32], chunk: u64 },
+    FingerprintChunk {
+        /// The content fingerprint.
+        fingerprint: [u8; 32],
+        /// The chunk index.
+        chunk: u64,
+    },
     /// A free-form key for [`CacheNamespace::Other`].
     Named(String),
 }

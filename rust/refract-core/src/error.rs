@@ -24,41 +24,68 @@ pub type BoxedError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub enum Error {
     /// A caller-supplied argument or option is invalid. `message` names the option.
     #[snafu(display("invalid input: {message}"))]
-    InvalidInput { message: String },
+    InvalidInput {
+        /// What is wrong, naming the option or argument.
+        message: String,
+    },
 
     /// Stored bytes are corrupt, truncated or inconsistent.
     #[snafu(display("corrupt {what}: {message}"))]
-    Corrupt { what: String, message: String },
+    Corrupt {
+        /// The damaged thing (a file, a ledger, a manifest).
+        what: String,
+        /// What is wrong with it.
+        message: String,
+    },
 
     /// The operation or stored feature is not supported by this client.
     #[snafu(display("not supported: {message}"))]
-    NotSupported { message: String },
+    NotSupported {
+        /// What is not supported.
+        message: String,
+    },
 
     /// A file, version, index or fragment does not exist.
     #[snafu(display("not found: {message}"))]
-    NotFound { message: String },
+    NotFound {
+        /// What does not exist.
+        message: String,
+    },
 
     /// A concurrent commit won the race. `retryable` tells whether running the
     /// operation again against the new version may succeed.
     #[snafu(display("commit conflict (retryable: {retryable}): {message}"))]
-    Conflict { message: String, retryable: bool },
+    Conflict {
+        /// What conflicted.
+        message: String,
+        /// Whether retrying against the new version may succeed.
+        retryable: bool,
+    },
 
     /// A path taken from metadata or input leaves the dataset root.
     #[snafu(display("path escapes the dataset root: {path}"))]
-    PathEscape { path: String },
+    PathEscape {
+        /// The offending path.
+        path: String,
+    },
 
     /// A materialized remap would exceed its memory budget; declined before allocating.
     #[snafu(display(
         "materialized remap over budget: estimated {estimated_bytes} bytes > budget {budget_bytes} bytes"
     ))]
     OverBudget {
+        /// Estimated size of the map.
         estimated_bytes: u64,
+        /// The budget it exceeds.
         budget_bytes: u64,
     },
 
     /// A materialized remap needs the physical row count of a fragment that is not known.
     #[snafu(display("physical row count unknown for fragment {fragment_id}"))]
-    FragmentRowsUnknown { fragment_id: u64 },
+    FragmentRowsUnknown {
+        /// The fragment whose row count is unknown.
+        fragment_id: u64,
+    },
 
     /// A materialized remap needs the set of fragments an index stores, which is not known.
     #[snafu(display("stored fragments of the index segment are unknown"))]
@@ -67,7 +94,12 @@ pub enum Error {
     /// An I/O or library failure while doing `context`. Displayed through
     /// [`clean_text`].
     #[snafu(display("{context}: {}", clean_text(&source.to_string())))]
-    External { context: String, source: BoxedError },
+    External {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        source: BoxedError,
+    },
 }
 
 /// Result alias used across Refract.

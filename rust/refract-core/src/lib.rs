@@ -12,6 +12,30 @@
 //! * the shared byte-weighted cache and the common error type.
 //!
 //! This crate does no I/O.
+//!
+//! ```
+//! use refract_core::{row_address, FragmentRows, RewriteGroupInput, RowAddrRemap};
+//! use roaring::RoaringTreemap;
+//!
+//! // Fragments 1 and 2 (4 rows each; row 1 of fragment 1 deleted) were
+//! // compacted into fragment 3, in order.
+//! let surviving: RoaringTreemap = [(1, 0), (1, 2), (1, 3), (2, 0), (2, 1), (2, 2), (2, 3)]
+//!     .into_iter()
+//!     .map(|(fragment, offset)| row_address(fragment, offset))
+//!     .collect();
+//! let remap = RowAddrRemap::compact(vec![RewriteGroupInput {
+//!     old_fragments: vec![FragmentRows::new(1, 4), FragmentRows::new(2, 4)],
+//!     new_fragments: vec![FragmentRows::new(3, 7)],
+//!     surviving,
+//! }])?;
+//! assert_eq!(remap.get(row_address(1, 2)), Some(Some(row_address(3, 1))));
+//! assert_eq!(remap.get(row_address(2, 0)), Some(Some(row_address(3, 3))));
+//! assert_eq!(remap.get(row_address(1, 1)), Some(None)); // deleted: gone
+//! assert_eq!(remap.get(row_address(9, 0)), None); // not rewritten
+//! # Ok::<(), refract_core::Error>(())
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod checksum;
 pub mod error;

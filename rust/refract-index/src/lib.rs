@@ -4,6 +4,8 @@
 //! under `_indices/<uuid>/`, the plugin trait for third-party types, streaming
 //! remap through bounded translators, and index-aware query execution.
 
+#![warn(missing_docs)]
+
 pub mod keys;
 pub mod manage;
 pub mod posting;

@@ -106,6 +106,38 @@ pub fn segments_of<'a>(dataset: &'a Dataset, name: &'a str) -> Vec<&'a IndexMeta
 
 /// Builds an index `name` of `index_type` on `column` over every fragment and
 /// commits it. Uses the built-in registry.
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> refract_core::Result<()> {
+/// use std::sync::Arc;
+///
+/// use arrow_array::{Int64Array, RecordBatch};
+/// use arrow_schema::{DataType, Field, Schema};
+/// use refract_index::{create_index, AccessPath, IndexParams, IndexUse, Query};
+/// use refract_table::{Dataset, OpenOptions, WriteOptions};
+///
+/// let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+/// let mut dataset =
+///     Dataset::create("memory://index-example", schema.clone(), OpenOptions::default()).await?;
+/// let ids = Arc::new(Int64Array::from_iter_values(0..1_000));
+/// let batch = RecordBatch::try_new(schema, vec![ids]).expect("ids match the schema");
+/// dataset.append(vec![batch], &WriteOptions::default()).await?;
+/// let dataset = create_index(&dataset, "by_id", "id", "btree", &IndexParams::default()).await?;
+/// let result = Query::new(&dataset)
+///     .filter("id = 42")?
+///     .index_use(IndexUse::Always)
+///     .execute()
+///     .await?;
+/// assert_eq!(result.batch.num_rows(), 1);
+/// assert_eq!(result.explain.path, AccessPath::Index);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// InvalidInput for a bad name, an existing index or a column the type
+/// cannot index; NotSupported for an unregistered type; store errors.
 pub async fn create_index(
     dataset: &Dataset,
     name: &str,

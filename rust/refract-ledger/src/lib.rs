@@ -10,6 +10,30 @@
 //! synchronous reader. Writing: [`TransitionRecord::new`],
 //! [`Ledger::push_transition`], [`Ledger::remove_transitions`],
 //! [`Ledger::encode_details`]. See `docs/fri.md`.
+//!
+//! ```
+//! use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
+//! use roaring::RoaringTreemap;
+//!
+//! // Fragments 1 and 2 (10 rows each, none deleted) compacted into fragment 3.
+//! let surviving: RoaringTreemap = (1..=2u64)
+//!     .flat_map(|fragment| (0..10u64).map(move |offset| fragment << 32 | offset))
+//!     .collect();
+//! let record = TransitionRecord::new(
+//!     vec![FragmentDigest::new(1, 10, 0), FragmentDigest::new(2, 10, 0)],
+//!     vec![FragmentDigest::new(3, 20, 0)],
+//!     Mapping::OrderedCompaction { surviving },
+//!     5,
+//! )?;
+//! let mut ledger = Ledger::new();
+//! ledger.push_transition(record)?;
+//! let stored = ledger.encode_content()?;
+//! let decoded = Ledger::from_content_bytes(&stored, ledger.index_version())?;
+//! assert_eq!(decoded.transitions(), ledger.transitions());
+//! # Ok::<(), refract_core::Error>(())
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod flags;
 

@@ -79,7 +79,7 @@ impl TransitionRecord {
     ///
     /// Errors are `InvalidInput` (bad digests, rows not conserved, a bitmap
     /// that does not match the sources, a stable partition with no or more
-    /// than 65,536 destinations, an empty row map).
+    /// than [`crate::MAX_PARTITION_DESTINATIONS`] destinations, an empty row map).
     pub fn new(
         sources: Vec<FragmentDigest>,
         destinations: Vec<FragmentDigest>,

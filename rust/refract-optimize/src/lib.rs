@@ -4,6 +4,8 @@
 //! always converges under source budgets, stable-partition rewrites,
 //! `remap_indices` to catch index segments up, and `trim_fri` to drain history.
 
+#![warn(missing_docs)]
+
 pub mod compaction;
 pub mod fri;
 pub mod maintain;

@@ -14,6 +14,37 @@
 //! * [`resolver`]: `FriReader` and the `FriResolver` used by query execution.
 //! * [`rowmap`]: the stable-partition row-map file format, writer and chunk-cached reader.
 //! * [`index_check`]: deep verification of index segments against their data.
+//!
+//! ```
+//! # #[tokio::main]
+//! # async fn main() -> refract_core::Result<()> {
+//! use std::sync::Arc;
+//!
+//! use arrow_array::{Int64Array, RecordBatch};
+//! use arrow_schema::{DataType, Field, Schema};
+//! use refract_index::{create_index, IndexParams, Query};
+//! use refract_reader::FriResolver;
+//! use refract_table::{Dataset, OpenOptions, WriteOptions};
+//!
+//! let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+//! let mut dataset =
+//!     Dataset::create("memory://reader-example", schema.clone(), OpenOptions::default()).await?;
+//! let ids = Arc::new(Int64Array::from_iter_values(0..100));
+//! let batch = RecordBatch::try_new(schema, vec![ids]).expect("ids match the schema");
+//! dataset.append(vec![batch], &WriteOptions::default()).await?;
+//! let dataset = create_index(&dataset, "by_id", "id", "btree", &IndexParams::default()).await?;
+//! // Queries translate stored addresses through the FRI (none here yet).
+//! let result = Query::new(&dataset)
+//!     .filter("id < 3")?
+//!     .with_resolver(Arc::new(FriResolver::default()))
+//!     .execute()
+//!     .await?;
+//! assert_eq!(result.batch.num_rows(), 3);
+//! # Ok(())
+//! # }
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod coverage;
 pub mod entry;

@@ -7,6 +7,8 @@
 //! the `Session` that shares caches between dataset handles.
 //! The on-disk layout is described in `docs/format.md`.
 
+#![warn(missing_docs)]
+
 pub mod cleanup;
 pub mod commit;
 pub mod dataset;

@@ -75,6 +75,32 @@ impl DeepSize for CachedDeletionVector {
 
 impl Dataset {
     /// Creates an empty dataset (version 1) at `uri`; fails if one exists.
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> refract_core::Result<()> {
+    /// use std::sync::Arc;
+    ///
+    /// use arrow_array::{Int64Array, RecordBatch};
+    /// use arrow_schema::{DataType, Field, Schema};
+    /// use refract_table::{Dataset, OpenOptions, WriteOptions};
+    ///
+    /// let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    /// let mut dataset =
+    ///     Dataset::create("memory://create-example", schema.clone(), OpenOptions::default())
+    ///         .await?;
+    /// let ids = Arc::new(Int64Array::from_iter_values(0..10));
+    /// let batch = RecordBatch::try_new(schema, vec![ids]).expect("ids match the schema");
+    /// dataset.append(vec![batch], &WriteOptions::default()).await?;
+    /// assert_eq!(dataset.version(), 2);
+    /// assert_eq!(dataset.count_rows(Some("id >= 5")).await?, 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// InvalidInput for a bad URI or schema; Conflict when a dataset exists
+    /// there; External on store failures.
     pub async fn create(uri: &str, schema: SchemaRef, options: OpenOptions) -> Result<Dataset> {
         write::validate_table_schema(&schema)?;
         let store = match options.store {

@@ -90,28 +90,48 @@ impl fmt::Display for Literal {
 pub enum Expr {
     /// `column op value`.
     Compare {
+        /// The column.
         column: String,
+        /// The comparison.
         op: CompareOp,
+        /// The literal compared with.
         value: Literal,
     },
     /// `column % divisor op value` on an integer column (remainder has the
     /// sign of the dividend, as in Rust and SQL: `-7 % 3 = -1`).
     Modulo {
+        /// The integer column.
         column: String,
+        /// The divisor (non-zero).
         divisor: i64,
+        /// The comparison of the remainder.
         op: CompareOp,
+        /// The value the remainder is compared with.
         value: i64,
     },
     /// `column IN (values…)`, or `NOT IN` when `negated`.
     InList {
+        /// The column.
         column: String,
+        /// The listed values.
         values: Vec<Literal>,
+        /// `NOT IN`.
         negated: bool,
     },
     /// `column IS NULL`, or `IS NOT NULL` when `negated`.
-    IsNull { column: String, negated: bool },
+    IsNull {
+        /// The column.
+        column: String,
+        /// `IS NOT NULL`.
+        negated: bool,
+    },
     /// `contains(column, 'needle')`: substring test on a string column.
-    Contains { column: String, needle: String },
+    Contains {
+        /// The string column.
+        column: String,
+        /// The substring looked for.
+        needle: String,
+    },
     /// `left AND right`.
     And(Box<Expr>, Box<Expr>),
     /// `left OR right`.
