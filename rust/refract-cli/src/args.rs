@@ -61,7 +61,7 @@ pub enum Command {
     },
     /// Append synthetic rows, creating the dataset if absent.
     Append {
-        /// Dataset URI (local path, file://, memory://, s3://, az://, abfs[s]://, gs://).
+        /// Dataset URI (local path, file://, memory://, s3://, az://, abfs://, abfss://, gs://).
         uri: String,
         /// Number of rows to append.
         #[arg(long, allow_negative_numbers = true, value_parser = integer(1u64, None))]

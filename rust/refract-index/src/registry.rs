@@ -96,7 +96,7 @@ impl IndexRegistry {
 impl RegisteredType {
     /// Opens `segment`, of this type. Every read of a file its metadata
     /// records is verified against its checksum; its Corrupt errors, opening
-    /// and searching, name the segment's directory (see [`name_segment`]).
+    /// and searching, name the segment's directory (see `name_segment`).
     pub async fn open(
         &self,
         ctx: &crate::types::IndexContext,

@@ -225,7 +225,7 @@ impl TreemapAssembler {
     }
 
     /// Adds `base + o` (wrapping) for every offset `o` of `part`: a run that a
-    /// translator moved by one constant ([`Translator::shift_of_range`]).
+    /// translator moved by one constant ([`Translator::shift_of_range`](refract_core::Translator::shift_of_range)).
     pub fn push_shifted(&mut self, part: &RoaringBitmap, base: u64) -> Result<()> {
         let (Some(min), Some(max)) = (part.min(), part.max()) else {
             return Ok(());

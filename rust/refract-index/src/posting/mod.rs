@@ -9,12 +9,12 @@
 //! Remapping postings (shared by the bitmap and ngram types):
 //! * [`translate_encoded`] walks one stored posting, shifting parts that move
 //!   by one constant in bulk and translating the others in ascending slices of
-//!   at most [`MAX_TRANSLATION_BATCH`] addresses, and assembles the survivors
+//!   at most [`MAX_TRANSLATION_BATCH`](refract_core::MAX_TRANSLATION_BATCH) addresses, and assembles the survivors
 //!   without per-element treemap inserts ([`TreemapAssembler`]);
 //! * [`TranslationMemo`] is for types whose postings share rows (ngram: a row
 //!   sits in one posting per trigram): parts that move by one constant are
 //!   shifted in bulk; in the others each stored address is translated once,
-//!   in ascending batches of at most [`MAX_TRANSLATION_BATCH`], and its result
+//!   in ascending batches of at most [`MAX_TRANSLATION_BATCH`](refract_core::MAX_TRANSLATION_BATCH), and its result
 //!   kept in a dense per-fragment table (8 bytes per stored row, indexed by
 //!   offset; no hash map), so later postings only look results up.
 //!

@@ -26,7 +26,7 @@ impl TranslateScratch {
     }
 }
 
-/// Translates an encoded posting (see [`encode`]) through `translator`,
+/// Translates an encoded posting (see [`encode`](super::encode)) through `translator`,
 /// reading it in place; rows that are gone are dropped. A fragment's part
 /// whose whole offset range moves by one constant
 /// ([`Translator::shift_of_range`]) is shifted straight from its serialized
@@ -35,7 +35,7 @@ impl TranslateScratch {
 /// (an in-memory remap), else in ascending slices of at most
 /// [`MAX_TRANSLATION_BATCH`]. Either way a dense posting never expands beyond
 /// one slice. Damaged bytes are Corrupt errors naming `what`, as with
-/// [`decode`].
+/// [`decode`](super::decode).
 pub fn translate_encoded(
     bytes: &[u8],
     what: &str,

@@ -2,7 +2,7 @@
 //!
 //! The input is one pass over the table in scan order. The build keeps a
 //! reservoir sample for training ([`super::sample`]) and holds the rows in
-//! memory only while they fit [`BuildLimits::memory_bytes`]. Past that it
+//! memory only while they fit `BuildLimits::memory_bytes`. Past that it
 //! spills every row, unassigned, to [`SPILL_FILE`] in the segment directory
 //! (deleted once the segment is written). After training, one pass over the
 //! spill assigns each row its partition (the build keeps these 4 bytes a
