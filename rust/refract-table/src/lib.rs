@@ -20,6 +20,7 @@ pub mod retention;
 pub mod session;
 pub mod tags;
 pub mod task;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod transaction;
 pub mod verify;

@@ -5,6 +5,7 @@ pub mod cloud;
 pub mod counting;
 pub mod deletion_file;
 pub mod direct_local;
+#[cfg(any(test, feature = "testing"))]
 pub mod fault;
 pub mod lance_concat;
 pub mod lance_files;
@@ -19,6 +20,7 @@ pub use cloud::{Cloud, StorageOptions};
 pub use counting::{CountingStore, PrefixStats, RequestStats};
 pub use deletion_file::{read_deletion_file, write_deletion_file, DeletionFileRef};
 pub use direct_local::{DirectLocalStore, DIRECT_WRITES_OPTION};
+#[cfg(any(test, feature = "testing"))]
 pub use fault::{is_injected_fault, CallKind, FaultInjectingStore, FaultMode, InjectedFault};
 pub use lance_concat::{concat_lance_files, ConcatInput, ConcatOutcome};
 pub use lance_files::{
