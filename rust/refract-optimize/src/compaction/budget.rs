@@ -109,11 +109,6 @@ impl SourceBudget {
     pub fn take(&mut self, extra: SourceUse) {
         self.used = self.used.plus(extra);
     }
-
-    /// What has been used so far.
-    pub fn used(&self) -> SourceUse {
-        self.used
-    }
 }
 
 fn within(value: u64, limit: Option<u64>) -> bool {

@@ -7,25 +7,27 @@
 //! the order of rows never changes. `docs/compaction.md` states the rules and proves
 //! that repeated runs converge, also under source budgets.
 //!
-//! Modules: [`options`] (validation), [`candidates`] (candidacy), [`bins`] (bins and
-//! the lossless task split), [`balance`] (output sizes), [`budget`] (source budgets
-//! and budget cuts), [`planner`] (`plan_tasks`), [`simulate`] (a pure simulator and
-//! the execute-until-noop driver used by tests and benchmarks).
+//! Modules: `options` (validation), `candidates` (candidacy), `bins` (bins and
+//! the lossless task split), `balance` (output sizes), `budget` (source budgets
+//! and budget cuts), `moves` (the fallback run a budget admits), `planner`
+//! (`plan_tasks`), `simulate` (a pure simulator and the execute-until-noop
+//! driver used by tests and benchmarks). The planner's internals are private;
+//! the re-exports below are the API.
 
-pub mod balance;
+mod balance;
 mod binary_copy;
-pub mod bins;
-pub mod budget;
-pub mod candidates;
+mod bins;
+mod budget;
+mod candidates;
 pub mod commit;
 pub mod execute;
 pub mod inline_remap;
 mod landed;
-pub mod moves;
+mod moves;
 pub mod options;
 pub mod plan;
 pub mod planner;
-pub mod simulate;
+mod simulate;
 pub mod verify;
 
 #[cfg(test)]
