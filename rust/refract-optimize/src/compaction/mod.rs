@@ -27,6 +27,7 @@ mod moves;
 pub mod options;
 pub mod plan;
 pub mod planner;
+mod run;
 mod simulate;
 pub mod verify;
 
@@ -38,12 +39,10 @@ mod planner_reference_tests;
 mod planner_tests;
 
 pub use candidates::{Candidacy, FragmentStats};
-pub use commit::{
-    commit_compaction, compact_files, execute_plan, CompactionMetrics, CompactionProgress,
-    ProgressCallback,
-};
+pub use commit::{commit_compaction, CompactionMetrics};
 pub use execute::{RewriteResult, WrittenFile};
 pub use options::CompactionOptions;
 pub use plan::{plan_compaction, plan_from_json, CompactionPlan, CompactionTask};
 pub use planner::{plan_tasks, TaskPlan};
+pub use run::{compact_files, execute_plan, CompactionProgress, ProgressCallback};
 pub use simulate::{execute_until_noop, simulate_run, Convergence};
