@@ -383,9 +383,9 @@ class Suite:
         def on(name):
             return wanted is None or name in wanted
 
-        self.emit({"benchmark": "suite", "quick": self.args.quick, "repeats": self.repeats,
+        self.emit({"benchmark": "suite", "quick": self.args.quick, **self.sizes, "repeats": self.repeats,
                    "peer": f"pylance {PEER_VERSION}", "cpus": os.cpu_count(),
-                   "load_average": load_average(), **self.sizes})
+                   "load_average": load_average()})
         if on("compaction") or on("index") or on("inline") or on("deferred"):
             self.compaction()
         for kind in INDEX_TYPES:
