@@ -12,7 +12,7 @@ use refract_reader::history::FriHistory;
 use refract_table::IndexMetadata;
 use roaring::RoaringBitmap;
 
-use super::reach::{contains, recover_provenance, walk};
+use super::lineage_reach::{contains, recover_provenance, walk};
 use super::report::{SkipReason, UnchangedReason};
 
 /// What to do with one segment.
@@ -115,7 +115,7 @@ pub(crate) fn assess(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remap::reach::tests::{bm, history, partition};
+    use crate::remap::lineage_reach::tests::{bm, history, partition};
     use refract_reader::coverage::Disposition;
     use uuid::Uuid;
 

@@ -14,8 +14,8 @@
 //! translating; `trim_fri` keeps the history they need.
 
 mod assess;
-mod bridge;
-pub mod reach;
+mod rewrite_runtime;
+pub(crate) mod lineage_reach;
 pub mod report;
 
 use std::collections::BTreeMap;
@@ -34,7 +34,7 @@ use refract_table::{Dataset, IndexMetadata};
 use roaring::RoaringBitmap;
 
 use assess::{assess, Decision, Eligible};
-use bridge::{rewrite_segment, JobTranslator, RewriteJob};
+use rewrite_runtime::{rewrite_segment, JobTranslator, RewriteJob};
 pub use report::{RemapReport, SegmentRemap, SegmentStatus, SkipReason, UnchangedReason};
 
 /// What `remap_indices` rewrites and with which limits.
@@ -272,13 +272,13 @@ fn fragment_rows(
             .iter()
             .chain(node.record.destinations())
         {
-            if reach::contains(fragments, digest.id) {
+            if lineage_reach::contains(fragments, digest.id) {
                 rows.insert(digest.id, digest.physical_rows);
             }
         }
     }
     for fragment in dataset.fragments() {
-        if reach::contains(fragments, fragment.id) {
+        if lineage_reach::contains(fragments, fragment.id) {
             rows.insert(fragment.id, fragment.physical_rows);
         }
     }

@@ -6,7 +6,7 @@ use refract_reader::history::FriHistory;
 use refract_table::{IndexMetadata, Manifest};
 use roaring::RoaringBitmap;
 
-use crate::remap::reach::{bitmap_of, recover_provenance, walk, Reach};
+use crate::remap::lineage_reach::{bitmap_of, recover_provenance, walk, Reach};
 
 /// The user segments of one logical index, in manifest order.
 pub(crate) fn index_groups(indices: &[IndexMetadata]) -> Vec<Vec<&IndexMetadata>> {

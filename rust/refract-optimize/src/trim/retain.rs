@@ -13,7 +13,7 @@ use refract_table::IndexMetadata;
 use roaring::RoaringBitmap;
 
 use super::lineage::{index_groups, newest_first, segment_walk};
-use crate::remap::reach::contains;
+use crate::remap::lineage_reach::contains;
 
 /// Per lineage index: keep it?
 /// `live` are the snapshot's fragments, `indices` its index section.
@@ -108,7 +108,7 @@ fn claims(group: &[&IndexMetadata]) -> Vec<RoaringBitmap> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remap::reach::tests::{history, partition};
+    use crate::remap::lineage_reach::tests::{history, partition};
     use uuid::Uuid;
 
     fn segment(name: &str, stored: Option<&[u32]>, version: u64) -> IndexMetadata {

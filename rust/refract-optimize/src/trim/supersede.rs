@@ -52,7 +52,7 @@ pub(crate) fn superseded(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remap::reach::tests::{bm, history, partition};
+    use crate::remap::lineage_reach::tests::{bm, history, partition};
 
     fn segment(stored: Option<&[u32]>, version: u64) -> IndexMetadata {
         IndexMetadata {
