@@ -14,9 +14,9 @@
 //! translating; `trim_fri` keeps the history they need.
 
 mod assess;
-mod rewrite_runtime;
 pub(crate) mod lineage_reach;
 pub mod report;
+mod rewrite_runtime;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,8 +34,8 @@ use refract_table::{Dataset, IndexMetadata};
 use roaring::RoaringBitmap;
 
 use assess::{assess, Decision, Eligible};
-use rewrite_runtime::{rewrite_segment, JobTranslator, RewriteJob};
 pub use report::{RemapReport, SegmentRemap, SegmentStatus, SkipReason, UnchangedReason};
+use rewrite_runtime::{rewrite_segment, JobTranslator, RewriteJob};
 
 /// What `remap_indices` rewrites and with which limits.
 #[derive(Debug, Clone)]
