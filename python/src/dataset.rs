@@ -328,6 +328,29 @@ impl PyDataset {
         to_json(&report)
     }
 
+    /// Deletes the data, deletion, index and row-map files that no committed
+    /// version references and that are older than `older_than_seconds`
+    /// (`refract cleanup --orphans`): the deleted paths, sorted.
+    fn cleanup_orphans(&self, py: Python<'_>, older_than_seconds: f64) -> PyResult<Vec<String>> {
+        let older_than = Duration::try_from_secs_f64(older_than_seconds)
+            .map_err(|_| {
+                Error::invalid_input(format!(
+                    "older_than must be a non-negative duration, got {older_than_seconds} seconds"
+                ))
+            })
+            .py_result(py)?;
+        let report = block_on(
+            py,
+            refract_table::cleanup::cleanup_orphans(&self.inner, older_than),
+        )?
+        .py_result(py)?;
+        Ok(report
+            .deleted
+            .iter()
+            .map(|path| path.as_str().to_string())
+            .collect())
+    }
+
     /// The fragment reuse index of this version, as JSON.
     fn fri(&self, py: Python<'_>) -> PyResult<String> {
         let description =

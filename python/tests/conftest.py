@@ -9,6 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+import refract
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -74,3 +76,54 @@ def run_cli(cli, *args):
     """Runs the CLI; returns (exit status, stdout, stderr)."""
     done = subprocess.run([cli, *args], capture_output=True, text=True)
     return done.returncode, done.stdout, done.stderr
+
+
+# -- distributed compaction (test_distributed.py, test_ray.py) ------------------
+
+#: Compaction options of the distributed tests: the 200 fragments of 10 rows
+#: of `fragmented_table` make a plan of >= 8 tasks (14 today).
+DISTRIBUTED_OPTIONS = {
+    "target_rows_per_fragment": 50,
+    "max_rows_per_group": 32,
+    "defer_index_remap": True,
+}
+
+#: Filters whose indexed results must equal a scan's.
+INDEXED_FILTERS = ["id = 42", "id = 1500", "id >= 990 AND id < 1030", "id < 0"]
+
+
+def fragmented_table(uri, storage_options, fragments=200):
+    """`fragments` fragments of 10 rows (ids 0.., in order), every seventh row
+    deleted and a BTREE index on `id`: version 4."""
+    ds = refract.write_dataset(
+        numbered(0, 10 * fragments), uri, max_rows_per_file=10, storage_options=storage_options
+    )
+    ds.delete("id % 7 = 3")
+    ds.create_scalar_index("id", "BTREE")
+    return ds
+
+
+def layout(ds):
+    """The table's layout: `(fragment id, physical rows, deleted rows, files)` in order."""
+    return [(f.fragment_id, f.physical_rows, f.num_deletions, len(f.files)) for f in ds.get_fragments()]
+
+
+def indexed_equals_scans(ds):
+    """Every `INDEXED_FILTERS` query through the index equals a scan."""
+    for predicate in INDEXED_FILTERS:
+        indexed, explain = ds.query(filter=predicate, explain=True)
+        assert explain["index"] == "id_idx", (predicate, explain)
+        scanned = ds.query(filter=predicate, use_index=False)
+        assert indexed.sort_by("_rowaddr") == scanned.sort_by("_rowaddr"), predicate
+        plain = ds.to_table(filter=predicate, with_row_address=True)
+        assert indexed.sort_by("_rowaddr") == plain, predicate
+
+
+@pytest.fixture(scope="module")
+def single_process_reference():
+    """`(layout, rows, metrics)` of a single-process `compact_files` of the
+    `fragmented_table` on S3 with `DISTRIBUTED_OPTIONS`."""
+    uri, options = s3_location("reference")
+    ds = fragmented_table(uri, options)
+    metrics = ds.optimize.compact_files(**DISTRIBUTED_OPTIONS)
+    return layout(ds), ds.to_table(), metrics
