@@ -406,11 +406,11 @@ def compact_files(
             else:
                 run.failed_attempts += 1
                 _log.warning(
-                    "task %d attempt %d/%d failed: %r",
+                    "task %d attempt %d/%d failed: %s",
                     index,
                     attempts[index],
                     max_attempts,
-                    error,
+                    _brief(error),
                 )
                 if (
                     isinstance(error, BrokenProcessPool)
@@ -439,7 +439,7 @@ def compact_files(
             errors.setdefault(r.task_index, error)
         raise DistributedCompactionError(
             f"distributed compaction stopped after committing {len(committed)} of "
-            f"{len(tasks)} tasks: {error}; not committed: tasks {_ranges(not_committed)}",
+            f"{len(tasks)} tasks: {_brief(error)}; not committed: tasks {_ranges(not_committed)}",
             committed_tasks=committed,
             uncommitted_tasks=not_committed,
             results=executed,
@@ -460,7 +460,7 @@ def compact_files(
         raise DistributedCompactionError(
             f"distributed compaction committed {len(committed)} of {len(tasks)} tasks; "
             f"tasks {_ranges(not_committed)} failed {max_attempts} times "
-            f"(last error of task {not_committed[0]}: {failed[not_committed[0]]!r})",
+            f"(last error of task {not_committed[0]}: {_brief(failed[not_committed[0]])})",
             committed_tasks=committed,
             uncommitted_tasks=not_committed,
             results=[],
@@ -484,3 +484,10 @@ def _ranges(indices: Sequence[int]) -> str:
     if start is not None:
         parts.append(f"{start}-{prev}" if start != prev else f"{start}")
     return ", ".join(parts) or "none"
+
+
+def _brief(error: BaseException, limit: int = 500) -> str:
+    """``Type: first line of the message`` (remote errors carry whole tracebacks)."""
+    text = str(error).strip().splitlines()
+    line = f"{type(error).__name__}: {text[0] if text else ''}"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
