@@ -1,0 +1,161 @@
+//! Generic Lance file I/O for data files, index files and row maps.
+//!
+//! All I/O goes through [`DatasetStore::lance_store`], i.e. through the counting
+//! store, so every Lance request is visible to request counting and fault
+//! injection. Files are written in the stable Lance v2.2 format.
+//!
+//! Error mapping: a missing file is NotFound; an object-store failure is
+//! External; a file Lance cannot decode is Corrupt.
+
+use std::error::Error as StdError;
+use std::sync::LazyLock;
+
+use lance_core::cache::LanceCache;
+use lance_file::version::ConcreteFileVersion;
+
+/// I/O budget of a streaming reader ([`LanceFileReader::open_streaming`]) for
+/// index remaps, which consume the old file in small windows.
+pub const STREAMING_READ_BUFFER_BYTES: u64 = 8 * 1024 * 1024;
+/// Page buffer per column of a streaming writer
+/// ([`LanceFileWriter::create_streaming`]) for index remaps.
+pub const STREAMING_PAGE_BYTES: u64 = 1024 * 1024;
+
+/// Bytes one reader may have in flight. lance's `max_bandwidth` default is
+/// 32 MiB per I/O thread (256 MiB here), which an index remap streaming an old
+/// segment fills entirely: its peak RSS followed that budget, not the rows.
+/// 64 MiB still covers several 8 MiB pages per column.
+pub const READ_BUFFER_BYTES: u64 = 64 * 1024 * 1024;
+use lance_io::utils::CachedFileSize;
+
+use super::upload::StreamingUpload;
+use lance_io::ReadBatchParams;
+use object_store::memory::InMemory;
+use object_store::{ObjectStoreExt, PutPayload};
+use refract_core::{Error, Result};
+use url::Url;
+
+use super::checksumming_writer::{ChecksumHandle, ChecksummingWriter};
+use super::paths::RelativePath;
+use super::recorded_files::RecordedFile;
+use super::store::DatasetStore;
+use super::verifying_store::verification_failure;
+use crate::task::AbortOnDrop;
+use refract_core::checksum::FileChecksum;
+
+/// The Lance file format version Refract writes.
+pub(crate) const FILE_VERSION: ConcreteFileVersion = ConcreteFileVersion::V2_2;
+/// Rows per batch for [`LanceFileReader::read_all`] and [`LanceFileReader::take`].
+const DEFAULT_BATCH_ROWS: u32 = 65_536;
+/// Size of the fixed Lance v2 footer; no valid file is shorter.
+const LANCE_FOOTER_LEN: u64 = 40;
+/// Batches decoded ahead of the consumer.
+const BATCH_READAHEAD: u32 = 4;
+
+/// Where a reader keeps the file's metadata (footer, column and page metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MetadataCaching {
+    /// The store's shared Lance cache.
+    Store,
+    /// Nowhere: the reader holds what it needs and drops it with itself.
+    None,
+}
+
+/// A zero-capacity Lance cache shared by uncached readers (a fresh one per
+/// reader would build a cache structure per file for nothing).
+static NO_METADATA_CACHE: LazyLock<LanceCache> = LazyLock::new(LanceCache::no_cache);
+
+/// Largest file [`LanceFileReader::open_prefetched`] fetches whole.
+pub const PREFETCH_LIMIT_BYTES: u64 = 4 << 20;
+/// Block size of the in-memory store behind a prefetched file: reads there
+/// cost nothing, so coalesce generously.
+const PREFETCH_BLOCK_SIZE: usize = 64 << 10;
+/// I/O parallelism Lance assumes for a prefetched file.
+const PREFETCH_IO_PARALLELISM: usize = 8;
+/// URL of the in-memory store behind a prefetched file (a memory scheme, so
+/// Lance reads through the store rather than the local filesystem).
+const PREFETCH_STORE_URL: &str = "memory:///";
+
+/// What a finished Lance file holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LanceFileSummary {
+    /// Rows written.
+    pub num_rows: u64,
+    /// File size in bytes.
+    pub size_bytes: u64,
+    /// Block checksums of the file's bytes, taken as they were written.
+    pub checksum: FileChecksum,
+}
+
+/// True if an object-store error is somewhere in the source chain of `err`.
+fn caused_by_object_store(err: &(dyn StdError + 'static)) -> bool {
+    let mut current: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = current {
+        if e.is::<object_store::Error>() {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+/// Maps a Lance error raised while doing `action` on `path`: the one place
+/// Lance errors become Refract errors. `undecodable_is_corrupt` marks
+/// failures that can only come from the file's bytes (opening a file decodes
+/// nothing but its footer and metadata). A missing file is NotFound, a store
+/// failure External, damage Corrupt naming the dataset-relative file; Lance's
+/// text is cleaned of its source locations ([`refract_core::error::clean_text`]).
+pub fn lance_error(
+    action: &str,
+    path: &RelativePath,
+    err: lance_core::Error,
+    undecodable_is_corrupt: bool,
+) -> Error {
+    if err.is_not_found() {
+        return Error::not_found(format!("Lance file {path} does not exist"));
+    }
+    if let Some(damage) = verification_failure(&err) {
+        return damage;
+    }
+    if caused_by_object_store(&err) {
+        return Error::external(format!("{action} Lance file {path}"), err);
+    }
+    let corrupt = matches!(err, lance_core::Error::CorruptFile { .. }) || undecodable_is_corrupt;
+    if corrupt {
+        Error::corrupt(format!("Lance file {path}"), err.to_string())
+    } else {
+        Error::external(format!("{action} Lance file {path}"), err)
+    }
+}
+
+/// Refuses to overwrite: data and index paths are immutable (Lance caches
+/// metadata by path). An existing file is InvalidInput.
+pub(crate) async fn ensure_absent(store: &DatasetStore, path: &RelativePath) -> Result<()> {
+    match store.head(path).await {
+        Ok(_) => Err(Error::invalid_input(format!(
+            "Lance file {path} already exists; file paths must be unique"
+        ))),
+        Err(Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// lance-io panics on an empty file and cannot decode anything shorter than
+/// its fixed-size footer: such a file is Corrupt before Lance sees it.
+pub(crate) fn check_footer_fits(path: &RelativePath, size: u64) -> Result<()> {
+    if size < LANCE_FOOTER_LEN {
+        return Err(Error::corrupt(
+            format!("Lance file {path}"),
+            format!("{size} bytes is shorter than the {LANCE_FOOTER_LEN}-byte footer"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod prefetch_tests;
+mod reader;
+mod writer;
+
+pub use reader::LanceFileReader;
+pub(crate) use writer::written_summary;
+pub use writer::LanceFileWriter;

@@ -1,0 +1,134 @@
+//! Prefetched and ranged reads of small Lance files.
+
+use arrow_array::{Int64Array, StringArray};
+use arrow_schema::{DataType, Field};
+use bytes::Bytes;
+use rstest::rstest;
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::Schema as ArrowSchema;
+
+use super::*;
+
+async fn memory_store() -> DatasetStore {
+    let uri = format!("memory://lance-prefetch-{}", uuid::Uuid::new_v4());
+    DatasetStore::open(&uri, true).await.unwrap()
+}
+
+fn path(raw: &str) -> RelativePath {
+    RelativePath::parse(raw).unwrap()
+}
+
+fn batch(start: i64, n: usize) -> RecordBatch {
+    let schema = Arc::new(ArrowSchema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]));
+    let ids: Vec<i64> = (start..start + n as i64).collect();
+    let names: StringArray = ids
+        .iter()
+        .map(|i| (i % 3 != 0).then(|| format!("name-{i}")))
+        .collect();
+    RecordBatch::try_new(
+        schema,
+        vec![Arc::new(Int64Array::from(ids)), Arc::new(names)],
+    )
+    .unwrap()
+}
+
+/// Writes batches of 100 rows; `keep` selects the writer that keeps its input.
+async fn write(store: &DatasetStore, at: &RelativePath, rows: usize, keep: bool) -> u64 {
+    let schema = batch(0, 0).schema();
+    let mut writer = if keep {
+        LanceFileWriter::create_keeping_batches(store, at, schema).await
+    } else {
+        LanceFileWriter::create(store, at, schema).await
+    }
+    .unwrap();
+    for start in (0..rows).step_by(100) {
+        writer
+            .write(&batch(start as i64, 100.min(rows - start)))
+            .await
+            .unwrap();
+    }
+    writer.finish().await.unwrap().size_bytes
+}
+
+#[rstest]
+#[case::copying_writer(false)]
+#[case::keeping_writer(true)]
+#[tokio::test]
+async fn prefetched_and_uncached_readers_read_what_was_written(#[case] keep: bool) {
+    let store = memory_store().await;
+    let at = path("data/a.lance");
+    let size = write(&store, &at, 1_050, keep).await;
+    let expected = batch(0, 1_050);
+    for reader in [
+        LanceFileReader::open_prefetched(&store, &at, size, None)
+            .await
+            .unwrap(),
+        LanceFileReader::open_uncached(&store, &at, Some(size), None)
+            .await
+            .unwrap(),
+        LanceFileReader::open(&store, &at, Some(size), None)
+            .await
+            .unwrap(),
+    ] {
+        assert_eq!(reader.num_rows(), 1_050);
+        let batches = reader.read_all(None).await.unwrap();
+        let read = arrow_select::concat::concat_batches(&reader.schema(), &batches).unwrap();
+        assert_eq!(read.columns(), expected.columns());
+        let taken = reader.take(&[7, 3, 1_049], Some(&["id"])).await.unwrap();
+        let ids = taken
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(ids.values().to_vec(), vec![7, 3, 1_049]);
+    }
+}
+
+#[tokio::test]
+async fn prefetching_costs_one_whole_get() {
+    let store = memory_store().await;
+    let at = path("data/a.lance");
+    let size = write(&store, &at, 500, false).await;
+    store.reset_stats();
+    let reader = LanceFileReader::open_prefetched(&store, &at, size, None)
+        .await
+        .unwrap();
+    reader.read_all(None).await.unwrap();
+    let stats = store.stats();
+    assert_eq!(
+        (stats.gets, stats.get_ranges, stats.heads, stats.bytes_read),
+        (1, 0, 0, size)
+    );
+}
+
+#[tokio::test]
+async fn prefetching_refuses_bad_sizes_and_missing_files() {
+    let store = memory_store().await;
+    let at = path("data/a.lance");
+    let size = write(&store, &at, 200, false).await;
+    let wrong = LanceFileReader::open_prefetched(&store, &at, size + 1, None).await;
+    assert!(matches!(wrong, Err(Error::Corrupt { .. })), "{wrong:?}");
+    let short = LanceFileReader::open_prefetched(&store, &at, 10, None).await;
+    assert!(matches!(short, Err(Error::Corrupt { .. })), "{short:?}");
+    let huge = LanceFileReader::open_prefetched(&store, &at, PREFETCH_LIMIT_BYTES + 1, None).await;
+    assert!(matches!(huge, Err(Error::InvalidInput { .. })), "{huge:?}");
+    let missing = LanceFileReader::open_prefetched(&store, &path("data/b.lance"), size, None).await;
+    assert!(
+        matches!(missing, Err(Error::NotFound { .. })),
+        "{missing:?}"
+    );
+    // Bytes that are not a Lance file decode to Corrupt, not a panic.
+    let junk = path("data/junk.lance");
+    store
+        .put(&junk, Bytes::from(vec![7u8; 4_096]))
+        .await
+        .unwrap();
+    let garbage = LanceFileReader::open_prefetched(&store, &junk, 4_096, None).await;
+    assert!(matches!(garbage, Err(Error::Corrupt { .. })), "{garbage:?}");
+}

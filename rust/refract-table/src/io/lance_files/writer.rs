@@ -1,0 +1,252 @@
+//! Writing Lance files: data files, index files and row maps.
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use lance_file::versions;
+use lance_file::writer::{FileWriter, FileWriterOptions};
+
+use super::reader::check_batch_matches;
+use super::*;
+
+/// Where a writer's bytes go.
+enum Sink {
+    /// Lance's object writer (parts of at least 5 MiB).
+    Lance,
+    /// A [`StreamingUpload`] in parts of `part_bytes`.
+    Streaming { part_bytes: usize },
+}
+
+/// Writes one Lance file at a unique path. Nothing is visible until [`Self::finish`];
+/// dropping the writer leaves no object behind.
+pub struct LanceFileWriter {
+    inner: FileWriter,
+    schema: SchemaRef,
+    path: RelativePath,
+    checksum: ChecksumHandle,
+    /// The store view the file is written through (records it when finished).
+    store: DatasetStore,
+    /// Global buffers are written at `finish` because adding one is an async write
+    /// in lance-file; their indices are fixed when they are queued.
+    pending_global_buffers: Vec<Bytes>,
+}
+
+impl LanceFileWriter {
+    /// Starts a file at `path` with `schema`. The path must not exist yet (data
+    /// paths are immutable: Lance caches metadata by path).
+    pub async fn create(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        Self::create_with(store, path, schema, FileWriterOptions::default()).await
+    }
+
+    /// Like [`Self::create`], for writers fed with batches they may keep: the
+    /// arrays of each batch are held by reference until their page is written
+    /// instead of being copied first. Use it when batches own their buffers
+    /// and are dropped after writing (compaction outputs), so keeping them
+    /// costs no more memory than the copy would.
+    pub async fn create_keeping_batches(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let options = FileWriterOptions {
+            keep_original_array: Some(true),
+            ..FileWriterOptions::default()
+        };
+        Self::create_with(store, path, schema, options).await
+    }
+
+    /// Like [`Self::create_keeping_batches`], buffering about `page_bytes`
+    /// of data per column before a page is encoded and written (Lance's
+    /// default is 8 MiB per column). For one-pass rewrites of index files
+    /// (remaps, [`STREAMING_PAGE_BYTES`]) whose memory should not follow
+    /// Lance's page buffers; smaller pages cost a little more page metadata.
+    /// Zero is InvalidInput.
+    pub async fn create_streaming(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+        page_bytes: u64,
+    ) -> Result<Self> {
+        if page_bytes == 0 {
+            return Err(Error::invalid_input(format!(
+                "page buffer of Lance file {path} must be at least one byte"
+            )));
+        }
+        let columns = u64::try_from(schema.fields().len().max(1)).unwrap_or(u64::MAX);
+        let options = FileWriterOptions {
+            keep_original_array: Some(true),
+            data_cache_bytes: Some(page_bytes.saturating_mul(columns)),
+            ..FileWriterOptions::default()
+        };
+        // Small upload parts too, so the upload buffers stay as small.
+        // ...unless the store needs bigger parts (S3 and GCS: 5 MiB).
+        let sink = Sink::Streaming {
+            part_bytes: usize::try_from(page_bytes)
+                .unwrap_or(usize::MAX)
+                .max(store.min_part_bytes()),
+        };
+        Self::create_into(store, path, schema, options, sink).await
+    }
+
+    /// Like [`Self::create`], writing every batch as its own page with
+    /// (almost) nothing buffered between batches: for files whose readers
+    /// fetch whole batches by page (row maps, one page per label block).
+    pub async fn create_page_per_batch(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let options = FileWriterOptions {
+            data_cache_bytes: Some(1),
+            ..FileWriterOptions::default()
+        };
+        Self::create_with(store, path, schema, options).await
+    }
+
+    async fn create_with(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+        options: FileWriterOptions,
+    ) -> Result<Self> {
+        Self::create_into(store, path, schema, options, Sink::Lance).await
+    }
+
+    async fn create_into(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+        options: FileWriterOptions,
+        sink: Sink,
+    ) -> Result<Self> {
+        ensure_absent(store, path).await?;
+        let lance_schema = lance_core::datatypes::Schema::try_from(schema.as_ref())
+            .map_err(|e| Error::invalid_input(format!("schema of Lance file {path}: {e}")))?;
+        let object_writer: Box<dyn lance_io::traits::Writer> = match sink {
+            Sink::Lance => store
+                .lance_store()
+                .create(&path.to_object_path())
+                .await
+                .map_err(|e| lance_error("creating", path, e, false))?,
+            Sink::Streaming { part_bytes } => Box::new(StreamingUpload::new(
+                store.object_store().clone(),
+                path.to_object_path(),
+                part_bytes,
+            )),
+        };
+        let checksum = ChecksumHandle::default();
+        let object_writer = ChecksummingWriter::new(object_writer, checksum.clone());
+        let inner =
+            versions::create_writer(FILE_VERSION, Box::new(object_writer), lance_schema, options)
+                .map_err(|e| lance_error("creating", path, e, false))?;
+        Ok(LanceFileWriter {
+            inner,
+            schema,
+            path: path.clone(),
+            checksum,
+            store: store.clone(),
+            pending_global_buffers: Vec::new(),
+        })
+    }
+
+    /// The schema batches must match.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// Appends a batch; a schema mismatch is InvalidInput.
+    pub async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        check_batch_matches(&self.schema, batch, &self.path)?;
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.inner
+            .write_batch(batch)
+            .await
+            .map_err(|e| lance_error("writing", &self.path, e, false))
+    }
+
+    /// Queues a global buffer (index / row-map metadata) and returns the index
+    /// [`LanceFileReader::read_global_buffer`] will find it at. Index 0 is Lance's
+    /// own schema descriptor, so the first buffer added is 1.
+    pub fn add_global_buffer(&mut self, bytes: Bytes) -> Result<u32> {
+        self.pending_global_buffers.push(bytes);
+        u32::try_from(self.pending_global_buffers.len())
+            .map_err(|_| Error::invalid_input("too many global buffers in one Lance file"))
+    }
+
+    /// Adds a key/value pair to the schema metadata stored in the file.
+    pub fn add_schema_metadata(&mut self, key: &str, value: &str) {
+        self.inner.add_schema_metadata(key, value);
+    }
+
+    /// Completes the file and makes it visible.
+    pub async fn finish(mut self) -> Result<LanceFileSummary> {
+        for (position, bytes) in std::mem::take(&mut self.pending_global_buffers)
+            .into_iter()
+            .enumerate()
+        {
+            let index = self
+                .inner
+                .add_global_buffer(bytes)
+                .await
+                .map_err(|e| lance_error("writing a global buffer of", &self.path, e, false))?;
+            // Indices were promised at queue time; refuse to write a file that breaks them.
+            if usize::try_from(index).ok() != Some(position + 1) {
+                self.inner.abort().await;
+                return Err(Error::corrupt(
+                    format!("Lance file {}", self.path),
+                    format!("global buffer {} was stored at index {index}", position + 1),
+                ));
+            }
+        }
+        let summary = self
+            .inner
+            .finish()
+            .await
+            .map_err(|e| lance_error("finishing", &self.path, e, false))?;
+        let summary = written_summary(
+            &self.path,
+            summary.num_rows,
+            summary.size_bytes,
+            &self.checksum,
+        )?;
+        self.store
+            .record_written(&self.path, summary.size_bytes, summary.checksum.clone());
+        Ok(summary)
+    }
+
+    /// Abandons the file; nothing becomes visible.
+    pub async fn abort(mut self) {
+        self.inner.abort().await;
+    }
+}
+
+/// The summary of a finished file whose bytes went through `checksum`.
+pub(crate) fn written_summary(
+    path: &RelativePath,
+    num_rows: u64,
+    size_bytes: u64,
+    checksum: &ChecksumHandle,
+) -> Result<LanceFileSummary> {
+    let (checksum, checksummed) = checksum.finish();
+    // Every byte of the file passes through the checksumming writer; a
+    // difference means the file was not written the way it was checksummed.
+    if checksummed != size_bytes {
+        return Err(Error::external(
+            format!("writing Lance file {path}"),
+            std::io::Error::other(format!(
+                "{checksummed} bytes were checksummed but the file is {size_bytes} bytes"
+            )),
+        ));
+    }
+    Ok(LanceFileSummary {
+        num_rows,
+        size_bytes,
+        checksum,
+    })
+}
