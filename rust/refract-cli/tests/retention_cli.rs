@@ -740,3 +740,24 @@ fn maintain_expires_old_versions_after_its_rounds() {
     assert_eq!(code, 2);
     assert_eq!(listed_versions(&uri), versions);
 }
+
+#[test]
+fn an_older_version_reads_even_when_the_latest_manifest_is_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = history(dir.path());
+    let at_two = ids(&["scan", &uri, "--version", "2"]);
+    assert_eq!(at_two, (0..10).collect::<Vec<i64>>());
+    let latest = *listed_versions(&uri).last().unwrap();
+    let manifest = dir
+        .path()
+        .join("table/_versions")
+        .join(format!("{latest:020}.manifest"));
+    let mut bytes = std::fs::read(&manifest).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    std::fs::write(&manifest, bytes).unwrap();
+    let (err, code) = refused(&["scan", &uri]);
+    assert_eq!(code, 1);
+    assert!(err.contains("corrupt"), "{err}");
+    assert_eq!(ids(&["scan", &uri, "--version", "2"]), at_two);
+}

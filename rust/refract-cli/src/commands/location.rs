@@ -58,11 +58,18 @@ impl Location {
     /// As [`Self::open`]; NotFound naming the version or tag when it does
     /// not exist.
     pub async fn open_at(&self, selected: Option<&VersionSelector>) -> Result<Dataset> {
-        let latest = self.open().await?;
         match selected {
-            None => Ok(latest),
-            Some(VersionSelector::Number(version)) => latest.checkout_version(*version).await,
-            Some(VersionSelector::Tag(name)) => latest.checkout_tag(name).await,
+            None => self.open().await,
+            // Straight to that manifest: a damaged latest one does not block
+            // reading an older version.
+            Some(VersionSelector::Number(version)) => {
+                let options = OpenOptions {
+                    version: Some(*version),
+                    ..self.open_options()
+                };
+                Dataset::open_with(&self.uri, options).await
+            }
+            Some(VersionSelector::Tag(name)) => self.open().await?.checkout_tag(name).await,
         }
     }
 }
