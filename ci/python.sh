@@ -20,6 +20,11 @@ if ! "$PY_VENV/bin/python" -c 'import pyarrow, pytest' > /dev/null 2>&1; then
   echo "ci/python.sh: installing pyarrow and pytest into $PY_VENV" >&2
   "$PY_VENV/bin/pip" install -q 'pyarrow>=15' pytest
 fi
+# refract.ray's tests (python/tests/test_ray.py) run on a local Ray cluster.
+if ! "$PY_VENV/bin/python" -c 'import ray' > /dev/null 2>&1; then
+  echo "ci/python.sh: installing ray into $PY_VENV" >&2
+  "$PY_VENV/bin/pip" install -q 'ray==2.60.0'
+fi
 
 # pyo3 links the `python3` on PATH (the venv's base interpreter): abi3 makes the
 # extension load in any CPython >= 3.9.
@@ -32,6 +37,15 @@ cp -r python/refract "$STAGE/refract"
 cp target/debug/lib_refract.so "$STAGE/refract/_refract.abi3.so"
 SITE="$("$PY_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 echo "$STAGE" > "$SITE/refract-ci.pth"
+
+# The local Ray cluster of test_ray.py: no usage reporting, no auth token, its
+# session files under target/ (removed afterwards; the socket paths must stay
+# short).
+export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
+export RAY_TMPDIR="${RAY_TMPDIR:-$PWD/target/ray-tmp}"
+rm -rf "$RAY_TMPDIR"
+mkdir -p "$RAY_TMPDIR"
+trap 'rm -rf "$RAY_TMPDIR"' EXIT
 
 # The pytest script, not `python -m pytest`: the latter would put the
 # current directory first on sys.path.

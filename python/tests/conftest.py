@@ -119,7 +119,7 @@ def indexed_equals_scans(ds):
         assert indexed.sort_by("_rowaddr") == plain, predicate
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def single_process_reference():
     """`(layout, rows, metrics)` of a single-process `compact_files` of the
     `fragmented_table` on S3 with `DISTRIBUTED_OPTIONS`."""

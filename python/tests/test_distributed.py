@@ -2,7 +2,6 @@
 ProcessPoolExecutor workers, or in-test executors), against the S3 server."""
 
 import datetime as dt
-import functools
 import io
 import json
 import logging
@@ -43,15 +42,11 @@ def table(request):
     return uri, options
 
 
-def test_plan_has_at_least_eight_tasks(table):
-    uri, options = table
-    plan = Compaction.plan(refract.dataset(uri, storage_options=options), DISTRIBUTED_OPTIONS)
-    assert plan.num_tasks() >= 8
-
-
 def test_process_pool_equals_single_process(table, single_process_reference):
     uri, options = table
     want_layout, want_rows, want_metrics = single_process_reference
+    plan = Compaction.plan(refract.dataset(uri, storage_options=options), DISTRIBUTED_OPTIONS)
+    assert plan.num_tasks() >= 8
     seen = []
     with spawn_pool() as pool:
         metrics = distributed.compact_files(
@@ -98,7 +93,7 @@ class RandomOrderExecutor:
         return future
 
 
-@pytest.mark.parametrize("seed,commit_every", [(1, 3), (2, 5)])
+@pytest.mark.parametrize("seed,commit_every", [(1, 3)])
 def test_random_batches_equal_single_process(table, single_process_reference, seed, commit_every):
     uri, options = table
     want_layout, want_rows, want_metrics = single_process_reference
