@@ -92,6 +92,21 @@ async fn row_budget_writes_full_outputs_from_twelve_two_hundreds() {
 }
 
 #[tokio::test]
+async fn row_budget_near_the_target_reaches_the_best_layout() {
+    // docs/compaction.md invariant 5: greedy cuts merged [10, 10] and stopped at
+    // [20, 90]; the best layout merges [10, 90].
+    let mut dataset = dataset_with_fragments(&[10, 10, 90]).await;
+    let expected: Vec<i64> = (0..110).collect();
+    let options = CompactionOptions {
+        target_rows_per_fragment: 100,
+        max_source_rows: Some(100),
+        ..CompactionOptions::default()
+    };
+    until_noop(&mut dataset, &options, &expected).await;
+    assert_eq!(fragment_sizes(&dataset), vec![10, 100]);
+}
+
+#[tokio::test]
 async fn early_partial_rewrite_keeps_scan_order() {
     let mut dataset = dataset_with_fragments(&[100; 5]).await;
     let before = scan_ids(&dataset).await;

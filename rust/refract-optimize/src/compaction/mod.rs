@@ -28,6 +28,7 @@ pub mod options;
 pub mod plan;
 pub mod planner;
 mod run;
+mod search;
 mod simulate;
 pub mod verify;
 

@@ -1,5 +1,7 @@
 //! `plan_tasks`: the pure compaction planner.
 
+use std::ops::Range;
+
 use refract_core::Result;
 use serde::{Deserialize, Serialize};
 
@@ -9,6 +11,7 @@ use super::budget::{useful_cut, BudgetCut, Effort, Sizing, SourceBudget, SourceU
 use super::candidates::{validate_fragments, CandidateRules, FragmentStats};
 use super::moves::leftmost_balanced_run;
 use super::options::CompactionOptions;
+use super::search::{bin_plan, plan_partition, searches, BinPlan};
 
 /// One rewrite: a contiguous run of fragments replaced in place by outputs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,21 +36,134 @@ pub struct TaskPlan {
 /// these options and is skipped so it does not stall the rest. When every task of
 /// a bin is skipped, a balanced move across their boundaries is tried, so no two
 /// adjacent fragments of a bin that fit the budget are left unmerged.
+///
+/// Under a source budget (and without a byte cap), a bin of up to 64 fragments
+/// whose best partition into moves leaves fewer below-target fragments than
+/// these greedy cuts would at their fixed point is planned by that partition
+/// instead (the `search` module, docs/compaction.md "Budgets and cuts").
 pub fn plan_tasks(
     fragments: &[FragmentStats],
     options: &CompactionOptions,
 ) -> Result<Vec<TaskPlan>> {
     options.validate()?;
     validate_fragments(fragments)?;
-    let rules = CandidateRules::new(options);
-    let target = options.target_rows_per_fragment;
-    let sizing = Sizing::new(options);
-    let mut budget = SourceBudget::new(options);
-    let mut plans = Vec::new();
-    for bin in Bins::new(fragments, &rules) {
+    Ok(Planner::new(options, true).plan(fragments))
+}
+
+/// One run's planning state.
+pub(super) struct Planner<'o> {
+    options: &'o CompactionOptions,
+    rules: CandidateRules,
+    sizing: Sizing,
+    /// Whether bins may be planned by the partition search (off inside the
+    /// search's own simulation of the greedy cuts).
+    search: bool,
+}
+
+/// Whether the run goes on after a bin.
+#[derive(PartialEq, Eq)]
+pub(super) enum Flow {
+    Continue,
+    EndRun,
+}
+
+impl<'o> Planner<'o> {
+    /// A planner for validated `options`.
+    pub(super) fn new(options: &'o CompactionOptions, search: bool) -> Self {
+        Self {
+            options,
+            rules: CandidateRules::new(options),
+            sizing: Sizing::new(options),
+            search,
+        }
+    }
+
+    /// The plan of one run over validated `fragments`.
+    pub(super) fn plan(&self, fragments: &[FragmentStats]) -> Vec<TaskPlan> {
+        let mut budget = SourceBudget::new(self.options);
+        let mut plans = Vec::new();
+        if self.search && searches(self.options) {
+            // Bins with no live rows vanish, which can join their neighbours
+            // into one bin: remove them first so the search sees the joined bin.
+            for bin in Bins::new(fragments, &self.rules) {
+                let sources = SourceUse::of_all(&fragments[bin.clone()]);
+                if sources.rows == 0 && budget.admits(sources) {
+                    budget.take(sources);
+                    plans.push(Task::new(&fragments[bin], self.options).whole_plan());
+                }
+            }
+            if !plans.is_empty() {
+                return plans;
+            }
+        }
+        for bin in Bins::new(fragments, &self.rules) {
+            let how = if self.search {
+                bin_plan(&fragments[bin.clone()], self.options, &self.rules)
+            } else {
+                BinPlan::Greedy
+            };
+            let flow = match how {
+                BinPlan::Partition(partition) => plan_partition(
+                    &fragments[bin],
+                    &partition,
+                    &self.rules,
+                    self.options.target_rows_per_fragment,
+                    &mut budget,
+                    &mut plans,
+                ),
+                BinPlan::Greedy => self.plan_bin_greedy(fragments, bin, &mut budget, &mut plans),
+                BinPlan::GreedyAsSimulated => {
+                    self.plan_bin_as_fresh(fragments, bin, &mut budget, &mut plans)
+                }
+            };
+            if flow == Flow::EndRun {
+                break;
+            }
+        }
+        plans
+    }
+
+    /// The greedy cuts of one bin as a fresh budget plans them, if what is left
+    /// of `budget` plans the same; else the bin waits for the next run.
+    fn plan_bin_as_fresh(
+        &self,
+        fragments: &[FragmentStats],
+        bin: Range<usize>,
+        budget: &mut SourceBudget,
+        plans: &mut Vec<TaskPlan>,
+    ) -> Flow {
+        if budget.is_fresh() {
+            return self.plan_bin_greedy(fragments, bin, budget, plans);
+        }
+        let (mut fresh, mut fresh_plans) = (budget.fresh(), Vec::new());
+        let fresh_flow = self.plan_bin_greedy(fragments, bin.clone(), &mut fresh, &mut fresh_plans);
+        let (mut left, mut left_plans) = (*budget, Vec::new());
+        let flow = self.plan_bin_greedy(fragments, bin, &mut left, &mut left_plans);
+        if left_plans != fresh_plans {
+            return Flow::EndRun;
+        }
+        *budget = left;
+        plans.extend(left_plans);
+        if fresh_flow == Flow::EndRun {
+            Flow::EndRun
+        } else {
+            flow
+        }
+    }
+
+    /// The greedy cuts of one bin (see [`plan_tasks`]).
+    fn plan_bin_greedy(
+        &self,
+        fragments: &[FragmentStats],
+        bin: Range<usize>,
+        budget: &mut SourceBudget,
+        plans: &mut Vec<TaskPlan>,
+    ) -> Flow {
+        let (rules, sizing) = (&self.rules, self.sizing);
+        let target = self.options.target_rows_per_fragment;
         let mut all_skipped = true;
         for range in TaskSplits::new(fragments, bin.clone(), target) {
-            let task = Task::new(&fragments[range], options);
+            let task = Task::new(&fragments[range], self.options);
             if budget.admits(task.sources) {
                 budget.take(task.sources);
                 plans.push(task.whole_plan());
@@ -59,21 +175,14 @@ pub fn plan_tasks(
                     // Only a fresh budget gets here: the whole task waits for it.
                     return Some(task.whole_cut());
                 }
-                useful_cut(
-                    task.fragments,
-                    &task.balance,
-                    &rules,
-                    budget,
-                    sizing,
-                    effort,
-                )
+                useful_cut(task.fragments, &task.balance, rules, budget, sizing, effort)
             };
-            match Step::of(&budget, cut) {
+            match Step::of(budget, cut) {
                 Step::Cut(cut) => {
                     plans.push(cut.plan);
-                    return Ok(plans);
+                    return Flow::EndRun;
                 }
-                Step::NextRun => return Ok(plans),
+                Step::NextRun => return Flow::EndRun,
                 Step::Skip => {}
             }
         }
@@ -82,20 +191,20 @@ pub fn plan_tasks(
             let bin_fragments = &fragments[bin];
             let across = |budget: &SourceBudget, effort| {
                 (effort == Effort::AnyMove)
-                    .then(|| leftmost_balanced_run(bin_fragments, &rules, budget, sizing))
+                    .then(|| leftmost_balanced_run(bin_fragments, rules, budget, sizing))
                     .flatten()
             };
-            match Step::of(&budget, across) {
+            match Step::of(budget, across) {
                 Step::Cut(cut) => {
                     plans.push(cut.plan);
-                    return Ok(plans);
+                    return Flow::EndRun;
                 }
-                Step::NextRun => return Ok(plans),
+                Step::NextRun => return Flow::EndRun,
                 Step::Skip => {}
             }
         }
+        Flow::Continue
     }
-    Ok(plans)
 }
 
 /// What to do with a task (or bin) that does not fit the remaining budget whole.

@@ -1,0 +1,297 @@
+//! The partition search: per-bin planning that reaches the quality reference.
+//!
+//! Under a row or fragment budget, moves (`moves`, docs/compaction.md
+//! invariant 5) turn a bin into a partition of contiguous *groups*: a group of
+//! two or more fragments is merged by chained moves into one fragment (when it
+//! has fewer than `target` rows) or into its balanced outputs (then it leaves
+//! the candidate set). Unlike the reference, a group may also hold fragments at
+//! or above target that have deletions to materialize (each a piece of its
+//! own). A group is *feasible* when a fresh budget admits its live rows, its
+//! bytes (a fragment that materializes alone weighs its live bytes) and the
+//! fewest pieces of fewer than `target` rows it splits into (at least two):
+//! those pieces can be merged first, as many fragments at a time as fit, and
+//! then read together by one move.
+//!
+//! [`best_partition`] is a dynamic program over feasible groups that minimizes
+//! the below-target fragments left, then the rows rewritten (ties: the shorter
+//! last group). A bin is planned by its best partition when that leaves fewer
+//! below-target fragments than the greedy cuts of `planner` reach at their fixed
+//! point on the bin alone (they can do better: their carried remainders cut
+//! outputs inside a fragment); otherwise the greedy cuts run as that simulation
+//! ran them, from a fresh budget, or wait for the next run. Either way the value
+//! compared never grows from one run to the next (groups not yet written stay
+//! feasible; the greedy path is the simulated one), so the fixed point keeps it.
+
+use std::ops::Range;
+
+use super::budget::{Sizing, SourceBudget, SourceUse};
+use super::candidates::{CandidateRules, FragmentStats};
+use super::moves::balanced_cut;
+use super::options::CompactionOptions;
+use super::planner::{Flow, Planner, TaskPlan};
+use super::simulate::simulate_run;
+
+/// Largest bin the search plans (its greedy simulation is quadratic in the bin).
+pub(super) const SEARCH_MAX_BIN: usize = 64;
+
+/// A bin's best partition: the below-target fragments it leaves and the steps
+/// that write it (bin-relative ranges, in order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Partition {
+    /// Below-target fragments of the bin once every group is written.
+    pub below: usize,
+    /// The groups to rewrite (two or more fragments, or one with deletions to
+    /// materialize), in bin order.
+    pub groups: Vec<Range<usize>>,
+}
+
+/// How the planner plans a bin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum BinPlan {
+    /// By the greedy cuts, under whatever budget is left (the search does not apply).
+    Greedy,
+    /// By the greedy cuts as a fresh budget would plan them, or not this run: the
+    /// search compared the greedy cuts' fixed point from a fresh budget, so the
+    /// run must follow that path (a smaller remaining budget can cut differently).
+    GreedyAsSimulated,
+    /// By this partition: it leaves fewer below-target fragments.
+    Partition(Partition),
+}
+
+/// How to plan `bin`: the search applies under a row or fragment budget,
+/// without a byte cap, to bins of up to [`SEARCH_MAX_BIN`] fragments, and only
+/// when a byte budget (if any) admits the whole bin. Binding byte budgets are
+/// left to the greedy cuts: real files do not weigh in proportion to their rows
+/// (a merged file drops the per-file overhead of its sources), so a search on
+/// modelled bytes can mislead.
+pub(super) fn bin_plan(
+    bin: &[FragmentStats],
+    options: &CompactionOptions,
+    rules: &CandidateRules,
+) -> BinPlan {
+    let budgeted = options.max_source_fragments.is_some() || options.max_source_rows.is_some();
+    let bin_bytes = bin.iter().fold(0u64, |sum, f| sum.saturating_add(f.bytes));
+    let bytes_bind = options
+        .max_source_bytes
+        .is_some_and(|limit| limit < bin_bytes);
+    if !budgeted || bytes_bind || options.max_bytes_per_file.is_some() || bin.len() > SEARCH_MAX_BIN
+    {
+        return BinPlan::Greedy;
+    }
+    let target = options.target_rows_per_fragment;
+    let partition = best_partition(bin, rules, &SourceBudget::new(options), target);
+    // Compared with the greedy cuts whenever it rewrites anything: they can
+    // also lose (a cut across fragments that only needed materializing).
+    if !partition.groups.is_empty() && partition.below < greedy_below(bin, options) {
+        BinPlan::Partition(partition)
+    } else {
+        BinPlan::GreedyAsSimulated
+    }
+}
+
+/// Whether `options` let the search plan some bins: a row or fragment budget,
+/// no byte cap.
+pub(super) fn searches(options: &CompactionOptions) -> bool {
+    (options.max_source_fragments.is_some() || options.max_source_rows.is_some())
+        && options.max_bytes_per_file.is_none()
+}
+
+fn below_target(fragments: &[FragmentStats], target: u64) -> usize {
+    fragments.iter().filter(|f| f.live_rows < target).count()
+}
+
+/// Below-target fragments of the greedy cuts' fixed point on `bin` alone
+/// (`usize::MAX` if they do not reach one within a generous bound).
+fn greedy_below(bin: &[FragmentStats], options: &CompactionOptions) -> usize {
+    // The bin holds no excluded fragment; fresh ids must not hit one.
+    let options = CompactionOptions {
+        excluded_fragment_ids: Vec::new(),
+        ..options.clone()
+    };
+    let planner = Planner::new(&options, false);
+    let mut layout = bin.to_vec();
+    for _ in 0..16 * bin.len() + 64 {
+        let plan = planner.plan(&layout);
+        if plan.is_empty() {
+            return below_target(&layout, options.target_rows_per_fragment);
+        }
+        match simulate_run(&layout, &plan) {
+            Ok(next) => layout = next,
+            Err(_) => break,
+        }
+    }
+    usize::MAX
+}
+
+/// Cost of a partition prefix: (below-target fragments, rewritten rows).
+type Cost = (usize, u64);
+
+/// The best partition of `bin` into feasible groups under a fresh `budget`.
+pub(super) fn best_partition(
+    bin: &[FragmentStats],
+    rules: &CandidateRules,
+    budget: &SourceBudget,
+    target: u64,
+) -> Partition {
+    let budget = budget.fresh();
+    let below = |rows: u64| usize::from(rows > 0 && rows < target);
+    // best[i]: the best cost of the first i fragments and where its last group starts.
+    let mut best: Vec<(Cost, usize)> = vec![((0, 0), 0)];
+    for end in 1..=bin.len() {
+        // end >= 1, and best holds end entries.
+        let last = &bin[end - 1];
+        let (before, _) = best[end - 1];
+        // Alone: a fragment with deletions to materialize is rewritten when it fits.
+        let rewrite =
+            rules.has_deletions_to_materialize(last) && budget.admits(SourceUse::of(last));
+        let alone = if rewrite {
+            (below(last.live_rows), last.live_rows)
+        } else {
+            (usize::from(last.live_rows < target), 0)
+        };
+        let mut choice = (add(before, alone), end - 1);
+        // Groups of two or more fragments, grown to the left. A fragment at or
+        // above target (one with deletions to materialize) is a piece of its own.
+        let mut sources = weight(last, rules, &budget);
+        let mut pieces = 1u64;
+        let mut piece_rows = last.live_rows;
+        for start in (0..end - 1).rev() {
+            let next = &bin[start];
+            sources = sources.plus(weight(next, rules, &budget));
+            // Fewest pieces below target: greedy from the right, grown leftwards.
+            if piece_rows + next.live_rows < target {
+                piece_rows += next.live_rows;
+            } else {
+                pieces += 1;
+                piece_rows = next.live_rows;
+            }
+            let read = SourceUse {
+                fragments: pieces.max(2),
+                ..sources
+            };
+            if !budget.admits(read) {
+                break; // every limit grows with the group
+            }
+            let cost = add(best[start].0, (below(sources.rows), sources.rows));
+            if cost < choice.0 {
+                choice = (cost, start);
+            }
+        }
+        best.push(choice);
+    }
+    let mut groups = Vec::new();
+    let mut end = bin.len();
+    while end > 0 {
+        let start = best[end].1;
+        let alone_clean = end - start == 1 && {
+            let f = &bin[start];
+            !(rules.has_deletions_to_materialize(f) && budget.admits(SourceUse::of(f)))
+        };
+        if !alone_clean {
+            groups.push(start..end);
+        }
+        end = start;
+    }
+    groups.reverse();
+    Partition {
+        below: best[bin.len()].0 .0,
+        groups,
+    }
+}
+
+/// What a fragment weighs in a group: a fragment with deletions to materialize
+/// that fits alone is rewritten first, and then weighs its live bytes.
+fn weight(fragment: &FragmentStats, rules: &CandidateRules, budget: &SourceBudget) -> SourceUse {
+    let own = SourceUse::of(fragment);
+    if rules.has_deletions_to_materialize(fragment) && budget.fresh().admits(own) {
+        SourceUse {
+            bytes: fragment.estimated_live_bytes(),
+            ..own
+        }
+    } else {
+        own
+    }
+}
+
+fn add(a: Cost, b: Cost) -> Cost {
+    (a.0 + b.0, a.1.saturating_add(b.1))
+}
+
+/// Plans the groups of `partition` over `bin` while they fit `budget`. A group
+/// that a fresh budget does not admit whole (too many fragments) first merges
+/// its pieces below target, at most `max_source_fragments` fragments at a time.
+pub(super) fn plan_partition(
+    bin: &[FragmentStats],
+    partition: &Partition,
+    rules: &CandidateRules,
+    target: u64,
+    budget: &mut SourceBudget,
+    plans: &mut Vec<TaskPlan>,
+) -> Flow {
+    let sizing = Sizing {
+        target,
+        max_bytes_per_file: None,
+    };
+    for group in &partition.groups {
+        for step in steps(&bin[group.clone()], rules, budget, target) {
+            let run = &bin[group.start + step.start..group.start + step.end];
+            let sources = SourceUse::of_all(run);
+            if !budget.admits(sources) {
+                if budget.is_fresh() {
+                    continue; // unreachable for feasible groups; never stall on it
+                }
+                return Flow::EndRun;
+            }
+            budget.take(sources);
+            let estimated = run.iter().map(FragmentStats::estimated_live_bytes).sum();
+            plans.push(balanced_cut(run, sources, estimated, sizing).plan);
+        }
+    }
+    Flow::Continue
+}
+
+/// The runs (group-relative) that write `group` this run: the whole group if a
+/// fresh budget admits it; else its fragments with deletions to materialize
+/// that get lighter alone; else merges inside its pieces below target (greedy
+/// from the left, the fewest pieces), as many fragments at a time as fit.
+fn steps(
+    group: &[FragmentStats],
+    rules: &CandidateRules,
+    budget: &SourceBudget,
+    target: u64,
+) -> Vec<Range<usize>> {
+    let fresh = budget.fresh();
+    if fresh.admits(SourceUse::of_all(group)) {
+        return std::iter::once(0..group.len()).collect();
+    }
+    let lighter: Vec<_> = (0..group.len())
+        .filter(|&i| weight(&group[i], rules, &fresh).bytes < group[i].bytes)
+        .map(|i| i..i + 1)
+        .collect();
+    if !lighter.is_empty() {
+        return lighter;
+    }
+    let mut steps = Vec::new();
+    let mut start = 0;
+    while start < group.len() {
+        let mut end = start + 1;
+        let mut rows = group[start].live_rows;
+        while let Some(next) = group.get(end) {
+            if rows + next.live_rows >= target {
+                break;
+            }
+            rows += next.live_rows;
+            end += 1;
+        }
+        // The longest prefix of the piece a fresh budget admits.
+        let mut fits = start + 1;
+        while fits < end && fresh.admits(SourceUse::of_all(&group[start..fits + 1])) {
+            fits += 1;
+        }
+        if fits - start >= 2 {
+            steps.push(start..fits);
+        }
+        start = end;
+    }
+    steps
+}
