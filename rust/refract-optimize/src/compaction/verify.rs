@@ -6,7 +6,7 @@
 //! be a Lance file holding the declared rows, and not already belong to the
 //! table. A result that fails any check is refused before anything commits.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use refract_core::{Error, Result};
 use refract_table::dataset::Dataset;
@@ -37,13 +37,23 @@ pub async fn verify_results(
         .flat_map(|fragment| fragment.files.iter().map(|file| file.path.as_str()))
         .collect();
     let mut claimed: HashSet<String> = HashSet::new();
+    // The read version's fragments by id, built once per read version (results
+    // usually share one): a lookup per source fragment, not a scan.
+    let mut read_view: Option<ReadView> = None;
     for result in results {
-        let read = if result.read_version == dataset.version() {
-            dataset.clone()
-        } else {
-            dataset.checkout_version(result.read_version).await?
+        let view = match read_view.take() {
+            Some(view) if view.read.version() == result.read_version => view,
+            _ => {
+                let read = if result.read_version == dataset.version() {
+                    dataset.clone()
+                } else {
+                    dataset.checkout_version(result.read_version).await?
+                };
+                ReadView::new(read)
+            }
         };
-        verify_sources(&read, result)?;
+        verify_sources(&view, result)?;
+        read_view = Some(view);
         for file in &result.new_files {
             if referenced.contains(file.path.as_str()) || !claimed.insert(file.path.clone()) {
                 return Err(lie(
@@ -57,8 +67,32 @@ pub async fn verify_results(
     Ok(())
 }
 
+/// A read version and the position of each of its fragments.
+struct ReadView {
+    read: Dataset,
+    positions: HashMap<u64, usize>,
+}
+
+impl ReadView {
+    fn new(read: Dataset) -> Self {
+        let positions = read
+            .fragments()
+            .iter()
+            .enumerate()
+            .map(|(at, fragment)| (fragment.id, at))
+            .collect();
+        Self { read, positions }
+    }
+
+    fn fragment(&self, id: u64) -> Option<&refract_table::Fragment> {
+        self.positions
+            .get(&id)
+            .and_then(|at| self.read.fragments().get(*at))
+    }
+}
+
 /// The old run and the captured survivors match the read version.
-fn verify_sources(read: &Dataset, result: &RewriteResult) -> Result<()> {
+fn verify_sources(view: &ReadView, result: &RewriteResult) -> Result<()> {
     if result.old_fragment_ids.len() != result.old_physical_rows.len()
         || result.old_fragment_ids.is_empty()
     {
@@ -71,7 +105,7 @@ fn verify_sources(read: &Dataset, result: &RewriteResult) -> Result<()> {
         .iter()
         .zip(&result.old_physical_rows)
     {
-        let fragment = read.manifest().fragment(*id).ok_or_else(|| {
+        let fragment = view.fragment(*id).ok_or_else(|| {
             lie(
                 result,
                 format!("fragment {id} is not in version {}", result.read_version),
