@@ -14,11 +14,8 @@ mod common;
 #[path = "support/store_story.rs"]
 mod store_story;
 
-use std::sync::Arc;
-
 use common::fri_common::{rows, scan_ids, schema, write_options};
 use refract_core::Error;
-use refract_optimize::compaction::{compact_files, CompactionOptions};
 use refract_table::testing::{azure_test_location, azure_test_options, AZURITE_ACCOUNT_KEY};
 use refract_table::Dataset;
 use store_story::{assert_story_ends_as_on_a_local_directory, open_options};
@@ -207,12 +204,7 @@ async fn hostile_locations_fail_with_one_typed_line() {
 /// readable, and a retry converges.
 #[tokio::test(flavor = "current_thread")]
 async fn compaction_survives_faults_on_azure() {
-    use futures::FutureExt;
-    use refract_index::{create_index, IndexParams};
-    use refract_table::testing::{
-        run_fault_matrix, sample_rows, Coverage, FaultRig, OperationFn, RigBackend, SetupFn,
-    };
-    use refract_table::WriteOptions;
+    use refract_table::testing::RigBackend;
 
     let Some(_) = azure_test_location("faults") else {
         return;
@@ -228,44 +220,13 @@ async fn compaction_survives_faults_on_azure() {
             .unwrap_or_else(|_| "refract-test".to_string())
             .into_boxed_str(),
     );
-    let setup: SetupFn = Arc::new(|rig: FaultRig| {
-        async move {
-            let mut dataset = rig.create_sample().await?;
-            let per_file = WriteOptions {
-                max_rows_per_file: 10,
-                ..WriteOptions::default()
-            };
-            dataset.append(vec![sample_rows(0, 40)], &per_file).await?;
-            dataset.delete("id % 7 = 3").await?;
-            create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default()).await?;
-            Ok(())
-        }
-        .boxed_local()
-    });
-    let options = CompactionOptions {
-        target_rows_per_fragment: 25,
-        num_threads: Some(2),
-        ..CompactionOptions::default()
-    };
-    let operation: OperationFn = Arc::new(move |dataset: Dataset| {
-        let options = options.clone();
-        async move {
-            let mut dataset = dataset;
-            compact_files(&mut dataset, &options, None).await?;
-            Ok(dataset)
-        }
-        .boxed_local()
-    });
-    let report = run_fault_matrix(
+    store_story::compaction_survives_faults(
         "compaction on azure",
         RigBackend::Azure {
             endpoint,
             container,
         },
-        setup,
-        operation,
-        Coverage::Sampled(2),
+        false,
     )
     .await;
-    assert!(report.runs > 0 && report.faults_fired > 0, "{report:?}");
 }

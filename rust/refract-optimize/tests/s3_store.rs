@@ -12,11 +12,8 @@ mod common;
 #[path = "support/store_story.rs"]
 mod store_story;
 
-use std::sync::Arc;
-
 use common::fri_common::{rows, scan_ids, schema, write_options};
 use refract_core::Error;
-use refract_optimize::compaction::{compact_files, CompactionOptions};
 use refract_table::testing::{s3_test_location, s3_test_options};
 use refract_table::Dataset;
 use store_story::{assert_story_ends_as_on_a_local_directory, open_options};
@@ -114,13 +111,7 @@ async fn hostile_locations_fail_with_one_typed_line() {
 #[case::distributed(true)]
 #[tokio::test(flavor = "current_thread")]
 async fn compaction_survives_faults_on_s3(#[case] distributed: bool) {
-    use futures::FutureExt;
-    use refract_index::{create_index, IndexParams};
-    use refract_optimize::compaction::{commit_compaction, plan_compaction};
-    use refract_table::testing::{
-        run_fault_matrix, sample_rows, Coverage, FaultRig, OperationFn, RigBackend, SetupFn,
-    };
-    use refract_table::WriteOptions;
+    use refract_table::testing::RigBackend;
 
     let Some(_) = s3_test_location("faults") else {
         return;
@@ -136,50 +127,10 @@ async fn compaction_survives_faults_on_s3(#[case] distributed: bool) {
             .unwrap_or_else(|_| "refract-test".to_string())
             .into_boxed_str(),
     );
-    let setup: SetupFn = Arc::new(|rig: FaultRig| {
-        async move {
-            let mut dataset = rig.create_sample().await?;
-            let per_file = WriteOptions {
-                max_rows_per_file: 10,
-                ..WriteOptions::default()
-            };
-            dataset.append(vec![sample_rows(0, 40)], &per_file).await?;
-            dataset.delete("id % 7 = 3").await?;
-            create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default()).await?;
-            Ok(())
-        }
-        .boxed_local()
-    });
-    let options = CompactionOptions {
-        target_rows_per_fragment: 25,
-        num_threads: Some(2),
-        ..CompactionOptions::default()
-    };
-    let operation: OperationFn = Arc::new(move |dataset: Dataset| {
-        let options = options.clone();
-        async move {
-            if distributed {
-                let plan = plan_compaction(&dataset, &options)?;
-                let mut results = Vec::new();
-                for task in &plan.tasks {
-                    results.push(task.execute(&dataset).await?);
-                }
-                Ok(commit_compaction(&dataset, results).await?.0)
-            } else {
-                let mut dataset = dataset;
-                compact_files(&mut dataset, &options, None).await?;
-                Ok(dataset)
-            }
-        }
-        .boxed_local()
-    });
-    let report = run_fault_matrix(
+    store_story::compaction_survives_faults(
         "compaction on s3",
         RigBackend::S3 { endpoint, bucket },
-        setup,
-        operation,
-        Coverage::Sampled(2),
+        distributed,
     )
     .await;
-    assert!(report.runs > 0 && report.faults_fired > 0, "{report:?}");
 }

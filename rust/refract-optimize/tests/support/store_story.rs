@@ -120,3 +120,62 @@ pub async fn assert_story_ends_as_on_a_local_directory(uri: &str, storage: &Stor
     expected.sort_unstable();
     assert_eq!(got, expected, "nothing lost or duplicated");
 }
+
+/// A subset of the fault matrix over a cloud client (`backend`): every
+/// sampled call of an inline-remap compaction (or, with `distributed`, a
+/// plan/execute/commit) fails once, cleanly and ambiguously, on a fresh
+/// prefix; the table is always exactly before or after, every version
+/// readable, and a retry converges.
+pub async fn compaction_survives_faults(
+    name: &str,
+    backend: refract_table::testing::RigBackend,
+    distributed: bool,
+) {
+    use futures::FutureExt;
+    use refract_index::{create_index, IndexParams};
+    use refract_optimize::compaction::{commit_compaction, plan_compaction};
+    use refract_table::testing::{
+        run_fault_matrix, sample_rows, Coverage, FaultRig, OperationFn, SetupFn,
+    };
+    use refract_table::WriteOptions;
+
+    let setup: SetupFn = Arc::new(|rig: FaultRig| {
+        async move {
+            let mut dataset = rig.create_sample().await?;
+            let per_file = WriteOptions {
+                max_rows_per_file: 10,
+                ..WriteOptions::default()
+            };
+            dataset.append(vec![sample_rows(0, 40)], &per_file).await?;
+            dataset.delete("id % 7 = 3").await?;
+            create_index(&dataset, "id_idx", "id", "btree", &IndexParams::default()).await?;
+            Ok(())
+        }
+        .boxed_local()
+    });
+    let options = CompactionOptions {
+        target_rows_per_fragment: 25,
+        num_threads: Some(2),
+        ..CompactionOptions::default()
+    };
+    let operation: OperationFn = Arc::new(move |dataset: Dataset| {
+        let options = options.clone();
+        async move {
+            if distributed {
+                let plan = plan_compaction(&dataset, &options)?;
+                let mut results = Vec::new();
+                for task in &plan.tasks {
+                    results.push(task.execute(&dataset).await?);
+                }
+                Ok(commit_compaction(&dataset, results).await?.0)
+            } else {
+                let mut dataset = dataset;
+                compact_files(&mut dataset, &options, None).await?;
+                Ok(dataset)
+            }
+        }
+        .boxed_local()
+    });
+    let report = run_fault_matrix(name, backend, setup, operation, Coverage::Sampled(2)).await;
+    assert!(report.runs > 0 && report.faults_fired > 0, "{report:?}");
+}
