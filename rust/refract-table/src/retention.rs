@@ -19,7 +19,7 @@
 //! (except `restore` of an expiring version, which must not race its own
 //! cleanup).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use refract_core::{Error, Result};
@@ -172,7 +172,7 @@ pub async fn cleanup_old_versions(
         return Ok(report);
     }
     let mut kept = referenced_paths(dataset, &report.retained_versions).await?;
-    let candidates = removable_files(dataset, &expired_files, &expired_dirs, &kept).await?;
+    let candidates = expired_only_files(dataset, &expired_files, &expired_dirs).await?;
     // A commit that landed while we read: whatever it references stays.
     let now_listed = list_versions(store).await?;
     let landed: Vec<u64> = now_listed
@@ -183,11 +183,11 @@ pub async fn cleanup_old_versions(
     if !landed.is_empty() {
         kept.extend(referenced_paths(dataset, &landed).await?);
     }
-    for file in candidates {
-        if is_referenced(&kept, &RelativePath::parse(&file.path)?) {
-            continue;
+    // Only here, after the last listing of versions, is `kept` complete.
+    for (path, file) in candidates {
+        if !is_referenced(&kept, &path) {
+            report.removed.push(file);
         }
-        report.removed.push(file);
     }
     let manifest_sizes: BTreeMap<RelativePath, u64> = store
         .list(&RelativePath::parse(VERSIONS_DIR)?)
@@ -219,14 +219,14 @@ pub async fn cleanup_old_versions(
 
 /// The stored files under the data, deletion, index and row-map directories
 /// that expired versions reference (by path, or as a file of an expired
-/// index or row-map directory) and `kept` does not, with their listed sizes.
-/// Files already gone are left out.
-async fn removable_files(
+/// index or row-map directory), with their listed sizes. Files already gone
+/// are left out; whether a retained version still needs one is the caller's
+/// check.
+async fn expired_only_files(
     dataset: &Dataset,
     expired_files: &BTreeMap<String, FileKind>,
     expired_dirs: &BTreeSet<String>,
-    kept: &HashSet<String>,
-) -> Result<Vec<RemovedFile>> {
+) -> Result<Vec<(RelativePath, RemovedFile)>> {
     let mut out = Vec::new();
     for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR, FRI_DIR] {
         for object in dataset.store().list(&RelativePath::parse(dir)?).await? {
@@ -239,14 +239,12 @@ async fn removable_files(
                 }
                 None => continue,
             };
-            if is_referenced(kept, &object.path) {
-                continue;
-            }
-            out.push(RemovedFile {
+            let file = RemovedFile {
                 path: path.to_string(),
                 kind: Some(kind),
                 size_bytes: object.size,
-            });
+            };
+            out.push((object.path, file));
         }
     }
     Ok(out)
