@@ -164,6 +164,10 @@ impl IndexSegmentReader for NamedSegment {
         self.inner.estimate_rows(query)
     }
 
+    fn estimate_work(&self, query: &IndexQuery) -> Option<crate::query::cost::Work> {
+        self.inner.estimate_work(query)
+    }
+
     async fn search(&self, query: &IndexQuery) -> Result<SearchResult> {
         self.inner
             .search(query)

@@ -109,7 +109,8 @@ enum Expect {
     Index,
     /// Scanned after searching the index (its answer was too large).
     ScanAfterSearch,
-    /// Scanned without searching (the btree lookup ruled the index out).
+    /// Scanned without searching (the btree page lookup or the bitmap
+    /// posting statistics ruled the index out).
     ScanBeforeSearch,
 }
 
@@ -121,8 +122,9 @@ enum Expect {
 #[case::btree_all("id >= 0", "id_idx", 20_000, Expect::ScanBeforeSearch)]
 #[case::bitmap_rare("level = 1", "level_idx", 10, Expect::Index)]
 #[case::bitmap_rare_in("level IN (1, 9)", "level_idx", 10, Expect::Index)]
-#[case::bitmap_tenth_scattered("level = 2", "level_idx", 2_000, Expect::ScanAfterSearch)]
-#[case::bitmap_half("level = 3", "level_idx", 10_000, Expect::ScanAfterSearch)]
+#[case::bitmap_tenth_scattered("level = 2", "level_idx", 2_000, Expect::ScanBeforeSearch)]
+#[case::bitmap_half("level = 3", "level_idx", 10_000, Expect::ScanBeforeSearch)]
+#[case::bitmap_half_in("level IN (1, 3)", "level_idx", 10_010, Expect::ScanBeforeSearch)]
 #[case::ngram_rare("contains(text, 'quartz')", "text_idx", 10, Expect::Index)]
 #[case::ngram_tenth("contains(text, 'zephyr')", "text_idx", 2_000, Expect::ScanAfterSearch)]
 #[case::ngram_half(
@@ -215,6 +217,19 @@ async fn planner_picks_the_cheaper_path_and_rows_equal_the_scan(
     if let Some(matched) = considered.matched_rows {
         // Exact for btree and bitmap, trigram candidates (here exact) for ngram.
         assert_eq!(matched, rows as u64, "{filter}");
+    }
+    // The bitmap's statistics know its answer before searching: exactly for
+    // one posting without deletions.
+    let forced_considered = &forced.explain.considered[0];
+    if index == "level_idx" {
+        assert_eq!(considered.estimated_rows, Some(rows as u64), "{filter}");
+        let work = considered.estimated_work.expect("bitmap statistics");
+        assert!(work.rows >= rows as u64, "{work:?}");
+        if !filter.contains(" IN ") {
+            assert_eq!(Some(work), forced_considered.index_work, "{filter}");
+        }
+    } else {
+        assert_eq!(considered.estimated_work, None, "{filter}");
     }
 }
 

@@ -83,6 +83,16 @@ impl Work {
     }
 }
 
+impl std::iter::Sum for Work {
+    fn sum<I: Iterator<Item = Work>>(iter: I) -> Self {
+        iter.fold(Work::default(), |a, b| Work {
+            fragments: a.fragments.saturating_add(b.fragments),
+            ranges: a.ranges.saturating_add(b.ranges),
+            rows: a.rows.saturating_add(b.rows),
+        })
+    }
+}
+
 /// True when work costing `index` should be read through the index rather
 /// than scanning work costing `scan`.
 pub fn index_wins(index: u64, scan: u64) -> bool {

@@ -131,19 +131,34 @@ async fn consider(
         .iter()
         .map(|s| s.reader.estimate_rows(index_query))
         .sum();
+    // Segments serve disjoint fragments, so their reads add up. A segment's
+    // statistics describe its stored layout: they bound today's reads only
+    // when its addresses are current and it still serves every fragment it
+    // indexed (compaction regroups rows; a dropped fragment's rows are gone).
+    let estimated_work: Option<Work> = chosen
+        .served
+        .iter()
+        .map(|s| {
+            let stored_layout_is_current = s.resolved.translator.is_none()
+                && s.resolved.meta.fragment_bitmap.as_ref() == Some(&s.resolved.coverage);
+            stored_layout_is_current
+                .then(|| s.reader.estimate_work(index_query))
+                .flatten()
+        })
+        .sum();
     let mut estimate = CostEstimate {
         index: chosen.name.clone(),
         estimated_rows,
+        estimated_work,
         matched_rows: None,
         index_work: None,
         scan_work,
     };
-    if let Some(lower) = estimated_rows.filter(|_| !forced) {
-        if !index_wins(Work::best_case(lower, &scan_work).cost(), scan_cost) {
-            explain.reason = format!(
-                "index '{}' matches at least {lower} of the {} rows it covers: scanning (cost {scan_cost}) is cheaper",
-                chosen.name, scan_work.rows
-            );
+    if !forced {
+        if let Some(reason) =
+            decline_before_search(&chosen.name, estimated_rows, estimated_work, &scan_work)
+        {
+            explain.reason = reason;
             explain.considered.push(estimate);
             return Ok(None);
         }
@@ -195,6 +210,35 @@ async fn consider(
         selection: RowSelection::from_addresses(&live),
         exact: conjunct.filter(|_| all_exact).map(|expr| (expr, source)),
     }))
+}
+
+/// Why the index is declined before searching, when its segments' own
+/// estimates (lower bounds) already cost more than scanning `scan_work`.
+fn decline_before_search(
+    name: &str,
+    estimated_rows: Option<u64>,
+    estimated_work: Option<Work>,
+    scan_work: &Work,
+) -> Option<String> {
+    let scan_cost = scan_work.cost();
+    if let Some(work) = estimated_work {
+        if !index_wins(work.cost(), scan_cost) {
+            return Some(format!(
+                "index '{name}' answers with rows whose reading costs at least {} ({} fragments, {} ranges, {} rows): scanning (cost {scan_cost}) is cheaper",
+                work.cost(),
+                work.fragments,
+                work.ranges,
+                work.rows
+            ));
+        }
+    }
+    let lower = estimated_rows?;
+    (!index_wins(Work::best_case(lower, scan_work).cost(), scan_cost)).then(|| {
+        format!(
+            "index '{name}' matches at least {lower} of the {} rows it covers: scanning (cost {scan_cost}) is cheaper",
+            scan_work.rows
+        )
+    })
 }
 
 /// Finds a user index on `column` whose segments can answer `index_query`.

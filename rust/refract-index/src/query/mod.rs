@@ -84,8 +84,11 @@ pub struct CostEstimate {
     /// The logical index.
     pub index: String,
     /// Lower bound on its answer known before searching (btree pages wholly
-    /// inside the query).
+    /// inside the query, bitmap posting counts).
     pub estimated_rows: Option<u64>,
+    /// Lower bound on what reading its answer reads, known before searching
+    /// (bitmap posting statistics).
+    pub estimated_work: Option<cost::Work>,
     /// Live rows it returned (`None`: declined before searching).
     pub matched_rows: Option<u64>,
     /// What reading its rows would read (`None`: declined before searching).

@@ -209,6 +209,18 @@ pub trait IndexSegmentReader: Send + Sync {
         None
     }
 
+    /// A lower bound on what reading the addresses
+    /// [`IndexSegmentReader::search`] would return for `query` costs, as
+    /// stored (fragments, coalesced ranges and rows, see
+    /// [`Work::index`](crate::query::cost::Work::index)), from what the opened
+    /// segment holds in memory (no I/O); `None` when the type cannot tell
+    /// without searching. Tighter than [`IndexSegmentReader::estimate_rows`]
+    /// for scattered matches: the planner declines the index before searching
+    /// when reading them costs more than the scan.
+    fn estimate_work(&self, _query: &IndexQuery) -> Option<crate::query::cost::Work> {
+        None
+    }
+
     /// Every stored address, ascending (diagnostics and tests).
     async fn stored_addresses(&self) -> Result<RoaringTreemap>;
 

@@ -3,10 +3,15 @@
 //! posting.
 //!
 //! File under the segment directory: `bitmap.lance` with columns `value` (the
-//! indexed type, nullable) and `posting` (Binary, see [`crate::posting`]),
-//! sorted with the null row first, then by value. Opening reads only the value
-//! column (cached in the session); a search takes just the postings it needs.
-//! An empty segment writes no file.
+//! indexed type, nullable), `posting` (Binary, see [`crate::posting`]) and
+//! the posting's read statistics `rows`, `fragments`, `ranges`, `read_rows`
+//! (UInt64: its address count and what reading those rows costs, see
+//! [`Work::index`]), sorted with the null row first, then by value. Opening
+//! reads the value and statistics columns (cached in the session), so the
+//! query planner knows what reading a search's answer costs before it
+//! searches; a search takes just the postings it needs. Segments written
+//! before the statistics existed open without them (no estimate). An empty
+//! segment writes no file.
 
 mod reader;
 mod remap;
@@ -29,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::keys::{downcast, Key, KeyColumn, KeyKind};
 use crate::posting;
+use crate::query::cost::Work;
 use crate::types::{IndexContext, IndexParams, IndexSegmentReader, IndexType, Translator};
 
 pub use reader::BitmapSegment;
@@ -43,6 +49,29 @@ pub const BITMAP_FILE: &str = "bitmap.lance";
 pub const VALUE_COLUMN: &str = "value";
 /// Posting column.
 pub const POSTING_COLUMN: &str = "posting";
+/// Statistics columns: each posting's [`Work::index`] figures, in
+/// [`PostingStats`] field order.
+pub const STATS_COLUMNS: [&str; 4] = ["rows", "fragments", "ranges", "read_rows"];
+
+/// What one posting holds and what reading its rows costs, as stored
+/// (before deletions and translation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PostingStats {
+    /// Addresses in the posting.
+    pub rows: u64,
+    /// Reading them, per [`Work::index`].
+    pub read: Work,
+}
+
+impl PostingStats {
+    /// The statistics of `posting`.
+    pub fn of(posting: &RoaringTreemap) -> Self {
+        Self {
+            rows: posting.len(),
+            read: Work::index(posting),
+        }
+    }
+}
 /// Rows per write / remap read batch.
 const ROWS_PER_BATCH: usize = 256;
 
@@ -183,6 +212,10 @@ pub(crate) fn file_schema(value_type: &DataType) -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new(VALUE_COLUMN, value_type.clone(), true),
         Field::new(POSTING_COLUMN, DataType::Binary, false),
+        Field::new(STATS_COLUMNS[0], DataType::UInt64, false),
+        Field::new(STATS_COLUMNS[1], DataType::UInt64, false),
+        Field::new(STATS_COLUMNS[2], DataType::UInt64, false),
+        Field::new(STATS_COLUMNS[3], DataType::UInt64, false),
     ]))
 }
 
@@ -249,6 +282,7 @@ pub(crate) struct BitmapWriter {
     file: Option<LanceFileWriter>,
     keys: Vec<Option<Key>>,
     postings: Vec<Vec<u8>>,
+    stats: Vec<PostingStats>,
     details: BitmapDetails,
 }
 
@@ -261,6 +295,7 @@ impl BitmapWriter {
             file: None,
             keys: Vec::new(),
             postings: Vec::new(),
+            stats: Vec::new(),
             details: empty_details(),
         }
     }
@@ -274,6 +309,7 @@ impl BitmapWriter {
         self.details.num_rows += posting.len();
         self.keys.push(key);
         self.postings.push(posting::encode(posting));
+        self.stats.push(PostingStats::of(posting));
         if self.keys.len() >= ROWS_PER_BATCH {
             self.flush().await?;
         }
@@ -295,7 +331,19 @@ impl BitmapWriter {
         let schema = file_schema(&self.value_type);
         let values = keys_to_array(&self.keys, &self.value_type)?;
         let postings: BinaryArray = self.postings.iter().map(|p| Some(p.as_slice())).collect();
-        let batch = RecordBatch::try_new(schema.clone(), vec![values, Arc::new(postings)])
+        let stat = |field: fn(&PostingStats) -> u64| -> ArrayRef {
+            Arc::new(self.stats.iter().map(field).collect::<UInt64Array>())
+        };
+        let columns = vec![
+            values,
+            Arc::new(postings),
+            stat(|s| s.rows),
+            stat(|s| s.read.fragments),
+            stat(|s| s.read.ranges),
+            stat(|s| s.read.rows),
+        ];
+        self.stats.clear();
+        let batch = RecordBatch::try_new(schema.clone(), columns)
             .map_err(|e| Error::external("assembling bitmap rows", e))?;
         self.keys.clear();
         self.postings.clear();

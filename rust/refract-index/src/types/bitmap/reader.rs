@@ -4,7 +4,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use arrow_array::{Array, BinaryArray, RecordBatch};
+use arrow_array::{Array, BinaryArray, RecordBatch, UInt64Array};
 use arrow_schema::DataType;
 use async_trait::async_trait;
 use futures::TryStreamExt;
@@ -12,9 +12,12 @@ use refract_core::{CacheKey, CacheNamespace, DeepSize, Error, KeyParts, Result};
 use refract_table::io::{LanceFileReader, RelativePath};
 use roaring::RoaringTreemap;
 
-use super::{BitmapDetails, BITMAP_FILE, POSTING_COLUMN, VALUE_COLUMN};
+use super::{
+    BitmapDetails, PostingStats, BITMAP_FILE, POSTING_COLUMN, STATS_COLUMNS, VALUE_COLUMN,
+};
 use crate::keys::{downcast, range_is_empty, Key, KeyColumn, KeyKind};
 use crate::posting;
+use crate::query::cost::Work;
 use crate::types::entries::{expand_posting, value_and_addresses};
 use crate::types::{
     EntrySink, IndexContext, IndexEntries, IndexQuery, IndexSegmentReader, SearchResult,
@@ -36,12 +39,16 @@ struct Opened {
     /// Non-null keys, ascending; `keys[i]` lives at row `i + first_key_row`.
     keys: Vec<Key>,
     first_key_row: u32,
+    /// Statistics of every file row's posting; `None` for segments written
+    /// without them.
+    stats: Option<Vec<PostingStats>>,
 }
 
 impl DeepSize for BitmapSegment {
     fn deep_size_bytes(&self) -> usize {
         let keys = self.inner.as_ref().map_or(0, |o| {
             o.keys.iter().map(|k| k.deep_size() as usize).sum::<usize>()
+                + o.stats.as_ref().map_or(0, |c| c.len() * 32)
         });
         keys + 4096
     }
@@ -73,7 +80,7 @@ pub(crate) async fn open(
         return Ok(BitmapSegment { inner: None });
     }
     let file = LanceFileReader::open(&ctx.store, &dir.join(BITMAP_FILE)?, None, None).await?;
-    let value_type = check_schema(&file)?;
+    let columns = check_schema(&file)?;
     if file.num_rows() != details.num_keys || file.num_rows() > u64::from(u32::MAX) {
         return Err(Error::corrupt(
             WHAT,
@@ -84,15 +91,27 @@ pub(crate) async fn open(
             ),
         ));
     }
-    let kind = KeyKind::of(&value_type)
-        .ok_or_else(|| Error::corrupt(WHAT, format!("unsupported value type {value_type}")))?;
+    let kind = KeyKind::of(&columns.value_type).ok_or_else(|| {
+        Error::corrupt(
+            WHAT,
+            format!("unsupported value type {}", columns.value_type),
+        )
+    })?;
     let mut keys = Vec::new();
+    let mut stats = columns.has_stats.then(Vec::new);
     let mut null_row = None;
     let mut row = 0u32;
-    for batch in file.read_all(Some(&[VALUE_COLUMN])).await? {
+    let mut projection = vec![VALUE_COLUMN];
+    if columns.has_stats {
+        projection.extend(STATS_COLUMNS);
+    }
+    for batch in file.read_all(Some(&projection)).await? {
         let column = batch
             .column_by_name(VALUE_COLUMN)
             .ok_or_else(|| Error::corrupt(WHAT, "missing value column"))?;
+        if let Some(stats) = stats.as_mut() {
+            read_stats(&batch, stats)?;
+        }
         let values = KeyColumn::new(column)?;
         for i in 0..values.len() {
             match values.key_at(i) {
@@ -108,6 +127,22 @@ pub(crate) async fn open(
             row += 1;
         }
     }
+    if let Some(stats) = &stats {
+        let total = stats
+            .iter()
+            .try_fold(0u64, |sum, s| sum.checked_add(s.rows));
+        if stats.len() as u64 != details.num_keys || total != Some(details.num_rows) {
+            return Err(Error::corrupt(
+                WHAT,
+                format!(
+                    "posting counts add up to {total:?} over {} rows, details say {} over {}",
+                    stats.len(),
+                    details.num_rows,
+                    details.num_keys
+                ),
+            ));
+        }
+    }
     Ok(BitmapSegment {
         inner: Some(Opened {
             kind,
@@ -115,12 +150,21 @@ pub(crate) async fn open(
             first_key_row: u32::from(null_row.is_some()),
             null_row,
             keys,
+            stats,
         }),
     })
 }
 
-/// Checks the file's columns and returns the value type.
-pub(crate) fn check_schema(file: &LanceFileReader) -> Result<DataType> {
+/// What [`check_schema`] found.
+pub(crate) struct FileColumns {
+    /// Type of the value column.
+    pub(crate) value_type: DataType,
+    /// Whether the file has the posting statistics columns.
+    pub(crate) has_stats: bool,
+}
+
+/// Checks the file's columns: value, posting and, when present, the count.
+pub(crate) fn check_schema(file: &LanceFileReader) -> Result<FileColumns> {
     let schema = file.schema();
     let value = schema
         .field_with_name(VALUE_COLUMN)
@@ -138,7 +182,72 @@ pub(crate) fn check_schema(file: &LanceFileReader) -> Result<DataType> {
             ),
         ));
     }
-    Ok(value.data_type().clone())
+    let mut present = 0;
+    for name in STATS_COLUMNS {
+        match schema.field_with_name(name) {
+            Ok(field) if field.data_type() == &DataType::UInt64 => present += 1,
+            Ok(field) => {
+                return Err(Error::corrupt(
+                    WHAT,
+                    format!("unexpected {name} column type {}", field.data_type()),
+                ))
+            }
+            Err(_) => {}
+        }
+    }
+    if present != 0 && present != STATS_COLUMNS.len() {
+        return Err(Error::corrupt(
+            WHAT,
+            "some posting statistics columns are missing",
+        ));
+    }
+    Ok(FileColumns {
+        value_type: value.data_type().clone(),
+        has_stats: present != 0,
+    })
+}
+
+/// Appends the statistics of every row of `batch` to `stats`.
+fn read_stats(batch: &RecordBatch, stats: &mut Vec<PostingStats>) -> Result<()> {
+    let mut columns = Vec::with_capacity(STATS_COLUMNS.len());
+    for name in STATS_COLUMNS {
+        let column = batch
+            .column_by_name(name)
+            .ok_or_else(|| Error::corrupt(WHAT, format!("missing {name} column")))?;
+        let values = downcast::<UInt64Array>(column)?;
+        if values.null_count() > 0 {
+            return Err(Error::corrupt(WHAT, format!("null in the {name} column")));
+        }
+        columns.push(values.values());
+    }
+    let [rows, fragments, ranges, read_rows] = columns.as_slice() else {
+        return Err(Error::corrupt(WHAT, "posting statistics columns"));
+    };
+    for i in 0..batch.num_rows() {
+        let stat = PostingStats {
+            rows: rows[i],
+            read: Work {
+                fragments: fragments[i],
+                ranges: ranges[i],
+                rows: read_rows[i],
+            },
+        };
+        // Reading a posting's rows reads each at least once, in at least one
+        // range per fragment, and a non-empty posting touches a fragment:
+        // anything else was not written by a build.
+        if stat.read.rows < stat.rows
+            || stat.read.ranges < stat.read.fragments
+            || stat.read.fragments > stat.rows
+            || (stat.rows > 0 && stat.read.fragments == 0)
+        {
+            return Err(Error::corrupt(
+                WHAT,
+                format!("inconsistent posting statistics {stat:?}"),
+            ));
+        }
+        stats.push(stat);
+    }
+    Ok(())
 }
 
 /// The `posting` column of a batch, checked to hold no null.
@@ -214,15 +323,46 @@ impl Opened {
             .collect()
     }
 
+    /// The union of the postings at `rows`; each is checked against its
+    /// recorded count, so a damaged posting fails the search instead of
+    /// answering with other rows.
     async fn union_postings(&self, rows: &[u32]) -> Result<RoaringTreemap> {
         let mut found = RoaringTreemap::new();
         for chunk in rows.chunks(super::ROWS_PER_BATCH) {
             let batch = self.file.take(chunk, Some(&[POSTING_COLUMN])).await?;
-            for posting in decode_postings(&batch)? {
+            let postings = decode_postings(&batch)?;
+            if postings.len() != chunk.len() {
+                return Err(Error::corrupt(
+                    WHAT,
+                    format!(
+                        "asked for {} postings, read {}",
+                        chunk.len(),
+                        postings.len()
+                    ),
+                ));
+            }
+            for (row, posting) in chunk.iter().zip(postings) {
+                if let Some(expected) = self.stat(*row).map(|s| s.rows) {
+                    if posting.len() != expected {
+                        return Err(Error::corrupt(
+                            WHAT,
+                            format!(
+                                "posting of row {row} holds {} addresses, its count says {expected}",
+                                posting.len()
+                            ),
+                        ));
+                    }
+                }
                 found |= posting;
             }
         }
         Ok(found)
+    }
+
+    /// The recorded statistics of file row `row`, if the file has them.
+    fn stat(&self, row: u32) -> Option<PostingStats> {
+        let stats = self.stats.as_ref()?;
+        stats.get(usize::try_from(row).ok()?).copied()
     }
 }
 
@@ -252,6 +392,44 @@ impl IndexSegmentReader for BitmapSegment {
         };
         let rows = opened.rows(query).unwrap_or_default();
         Ok(SearchResult::Exact(opened.union_postings(&rows).await?))
+    }
+
+    /// Exactly the addresses a search returns (postings are disjoint), from
+    /// the statistics; `None` for segments written without them.
+    fn estimate_rows(&self, query: &IndexQuery) -> Option<u64> {
+        let Some(opened) = &self.inner else {
+            return self.can_answer(query).then_some(0);
+        };
+        let rows = opened.rows(query)?;
+        rows.iter()
+            .map(|row| opened.stat(*row).map(|s| s.rows))
+            .sum()
+    }
+
+    /// One posting's recorded read work is exactly what reading its stored
+    /// rows costs. A union of several reads every row of each one's coalesced
+    /// ranges (the others' rows only shorten the gaps), the rows they hold
+    /// together, and at least one range in each fragment of each (ranges of
+    /// different postings may merge, so their range counts are no bound).
+    fn estimate_work(&self, query: &IndexQuery) -> Option<Work> {
+        let Some(opened) = &self.inner else {
+            return self.can_answer(query).then(Work::default);
+        };
+        let rows = opened.rows(query)?;
+        if let [row] = rows.as_slice() {
+            return opened.stat(*row).map(|s| s.read);
+        }
+        let mut work = Work::default();
+        let mut total_rows = 0u64;
+        for row in rows {
+            let stat = opened.stat(row)?;
+            total_rows = total_rows.saturating_add(stat.rows);
+            work.fragments = work.fragments.max(stat.read.fragments);
+            work.rows = work.rows.max(stat.read.rows);
+        }
+        work.ranges = work.fragments;
+        work.rows = work.rows.max(total_rows);
+        Some(work)
     }
 
     async fn stored_addresses(&self) -> Result<RoaringTreemap> {

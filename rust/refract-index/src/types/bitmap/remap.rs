@@ -32,7 +32,7 @@ pub(crate) async fn remap(
         return Ok(details.clone());
     }
     let file = LanceFileReader::open(&ctx.store, &old_dir.join(BITMAP_FILE)?, None, None).await?;
-    let value_type = check_schema(&file)?;
+    let value_type = check_schema(&file)?.value_type;
     if file.num_rows() != details.num_keys {
         return Err(Error::corrupt(
             WHAT,

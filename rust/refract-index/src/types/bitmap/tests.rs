@@ -1,19 +1,26 @@
-//! Bitmap remap: exact posting contents after remaps that shift whole
-//! fragments in bulk and remaps that delete rows, across fragment and
-//! container boundaries, with nulls and postings that end up empty.
+//! Bitmap remap: exact posting contents and statistics after remaps that
+//! shift whole fragments in bulk and remaps that delete rows, across fragment
+//! and container boundaries, with nulls and postings that end up empty; and
+//! segments whose statistics are missing (older layout) or damaged.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow_array::{Int32Array, RecordBatch, UInt64Array};
+use arrow_array::{ArrayRef, BinaryArray, Int32Array, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 use futures::stream;
+use refract_core::Error;
 use refract_core::{row_address, FragmentRows, RewriteGroupInput, RowAddrRemap, Translator};
+use refract_table::io::LanceFileWriter;
 use refract_table::io::RelativePath;
 use refract_table::predicate::Literal;
 use roaring::RoaringTreemap;
 
-use super::{BitmapDetails, BitmapIndexType};
+use super::{
+    file_schema, BitmapDetails, BitmapIndexType, BITMAP_FILE, POSTING_COLUMN, VALUE_COLUMN,
+};
+use crate::posting;
+use crate::query::cost::Work;
 use crate::types::test_support::{context, seg, InMemory};
 use crate::types::{IndexContext, IndexParams, IndexQuery, IndexType, SearchResult};
 
@@ -109,6 +116,13 @@ async fn postings(
         let SearchResult::Exact(found) = segment.search(&query).await.unwrap() else {
             panic!("a bitmap search is exact");
         };
+        // The planner's estimates are exact for one posting.
+        assert_eq!(segment.estimate_rows(&query), Some(found.len()), "{key:?}");
+        assert_eq!(
+            segment.estimate_work(&query),
+            Some(Work::index(&found)),
+            "{key:?}"
+        );
         if !found.is_empty() {
             out.insert(key, found);
         }
@@ -197,4 +211,184 @@ async fn remap_through_an_in_memory_translator_is_exact_on_two_threads() {
     let translator = InMemory::new(remap);
     check_remap(&table, &translator, 17).await;
     assert!(translator.parts() > 0);
+}
+
+/// Writes `bitmap.lance` under `dir` with the postings of `rows` (keys
+/// ascending) and, when `stats` is given, those statistics columns (in
+/// [`super::STATS_COLUMNS`] order); returns the details.
+async fn write_file(
+    ctx: &IndexContext,
+    dir: &RelativePath,
+    rows: &[(i32, RoaringTreemap)],
+    stats: Option<[Vec<u64>; 4]>,
+) -> Vec<u8> {
+    let values: ArrayRef = Arc::new(rows.iter().map(|(k, _)| Some(*k)).collect::<Int32Array>());
+    let encoded: Vec<Vec<u8>> = rows.iter().map(|(_, p)| posting::encode(p)).collect();
+    let postings: ArrayRef = Arc::new(
+        encoded
+            .iter()
+            .map(|p| Some(p.as_slice()))
+            .collect::<BinaryArray>(),
+    );
+    let (schema, columns) = match stats {
+        Some(stats) => {
+            let mut columns = vec![values, postings];
+            columns.extend(
+                stats
+                    .into_iter()
+                    .map(|c| Arc::new(UInt64Array::from(c)) as ArrayRef),
+            );
+            (file_schema(&DataType::Int32), columns)
+        }
+        None => (
+            Arc::new(Schema::new(vec![
+                Field::new(VALUE_COLUMN, DataType::Int32, true),
+                Field::new(POSTING_COLUMN, DataType::Binary, false),
+            ])),
+            vec![values, postings],
+        ),
+    };
+    let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
+    let mut writer = LanceFileWriter::create(&ctx.store, &dir.join(BITMAP_FILE).unwrap(), schema)
+        .await
+        .unwrap();
+    writer.write(&batch).await.unwrap();
+    writer.finish().await.unwrap();
+    BitmapDetails {
+        num_keys: rows.len() as u64,
+        num_rows: rows.iter().map(|(_, p)| p.len()).sum(),
+    }
+    .to_bytes()
+    .unwrap()
+}
+
+fn two_postings() -> Vec<(i32, RoaringTreemap)> {
+    vec![
+        (
+            1,
+            [row_address(0, 3), row_address(2, 9)].into_iter().collect(),
+        ),
+        (4, (0..500).map(|o| row_address(1, o)).collect()),
+    ]
+}
+
+#[tokio::test]
+async fn segments_without_statistics_answer_without_estimates() {
+    let (ctx, _dir) = context().await;
+    let details = write_file(&ctx, &seg("old"), &two_postings(), None).await;
+    let segment = BitmapIndexType
+        .open(&ctx, &seg("old"), &details)
+        .await
+        .unwrap();
+    let query = IndexQuery::Equals(Literal::Int(4));
+    let SearchResult::Exact(found) = segment.search(&query).await.unwrap() else {
+        panic!("a bitmap search is exact");
+    };
+    assert_eq!(found, two_postings()[1].1);
+    assert_eq!(segment.estimate_rows(&query), None);
+    assert_eq!(segment.estimate_work(&query), None);
+}
+
+#[tokio::test]
+async fn unions_are_estimated_by_lower_bounds() {
+    let (ctx, _dir) = context().await;
+    let rows = two_postings();
+    let stats = |f: fn(&Work) -> u64, rows_of: bool| -> Vec<u64> {
+        two_postings()
+            .iter()
+            .map(|(_, p)| if rows_of { p.len() } else { f(&Work::index(p)) })
+            .collect()
+    };
+    let details = write_file(
+        &ctx,
+        &seg("s"),
+        &rows,
+        Some([
+            stats(|_| 0, true),
+            stats(|w| w.fragments, false),
+            stats(|w| w.ranges, false),
+            stats(|w| w.rows, false),
+        ]),
+    )
+    .await;
+    let segment = BitmapIndexType
+        .open(&ctx, &seg("s"), &details)
+        .await
+        .unwrap();
+    let both = IndexQuery::InList(vec![Literal::Int(1), Literal::Int(4)]);
+    let union = &rows[0].1 | &rows[1].1;
+    let exact = Work::index(&union);
+    let estimate = segment.estimate_work(&both).unwrap();
+    // 2 fragments hold posting 1, 1 holds posting 4; 500 rows read at least.
+    assert_eq!(
+        estimate,
+        Work {
+            fragments: 2,
+            ranges: 2,
+            rows: 502
+        }
+    );
+    assert!(estimate.cost() <= exact.cost(), "{estimate:?} vs {exact:?}");
+    assert_eq!(segment.estimate_rows(&both), Some(502));
+}
+
+#[tokio::test]
+async fn damaged_statistics_are_corrupt() {
+    let (ctx, _dir) = context().await;
+    let rows = two_postings();
+    // Fewer rows read than the posting holds: not written by a build.
+    let details = write_file(
+        &ctx,
+        &seg("a"),
+        &rows,
+        Some([vec![2, 500], vec![2, 1], vec![2, 1], vec![2, 499]]),
+    )
+    .await;
+    let err = BitmapIndexType
+        .open(&ctx, &seg("a"), &details)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, Error::Corrupt { .. }) && err.to_string().contains("statistics"),
+        "{err}"
+    );
+    // Counts that do not add up to the details.
+    let details = write_file(
+        &ctx,
+        &seg("b"),
+        &rows,
+        Some([vec![2, 400], vec![2, 1], vec![2, 1], vec![2, 500]]),
+    )
+    .await;
+    let err = BitmapIndexType
+        .open(&ctx, &seg("b"), &details)
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(&err, Error::Corrupt { .. }), "{err}");
+    // Counts that add up but disagree with a posting: that search fails.
+    let mut swapped = rows.clone();
+    swapped[0].1 = (0..3).map(|o| row_address(0, o)).collect();
+    swapped[1].1 = (0..499).map(|o| row_address(1, o)).collect();
+    let details = write_file(
+        &ctx,
+        &seg("c"),
+        &swapped,
+        Some([vec![2, 500], vec![1, 1], vec![1, 1], vec![2, 500]]),
+    )
+    .await;
+    let segment = BitmapIndexType
+        .open(&ctx, &seg("c"), &details)
+        .await
+        .unwrap();
+    let err = segment
+        .search(&IndexQuery::Equals(Literal::Int(1)))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, Error::Corrupt { .. }) && err.to_string().contains("count"),
+        "{err}"
+    );
 }
