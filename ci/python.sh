@@ -25,6 +25,11 @@ if ! "$PY_VENV/bin/python" -c 'import ray' > /dev/null 2>&1; then
   echo "ci/python.sh: installing ray into $PY_VENV" >&2
   "$PY_VENV/bin/pip" install -q 'ray==2.60.0'
 fi
+# refract.dask's tests (python/tests/test_dask.py) run on a local Dask cluster.
+if ! "$PY_VENV/bin/python" -c 'import dask, distributed' > /dev/null 2>&1; then
+  echo "ci/python.sh: installing dask and distributed into $PY_VENV" >&2
+  "$PY_VENV/bin/pip" install -q 'dask==2026.8.0' 'distributed==2026.8.0'
+fi
 
 # pyo3 links the `python3` on PATH (the venv's base interpreter): abi3 makes the
 # extension load in any CPython >= 3.9.

@@ -4,7 +4,8 @@ task on a worker, commit the results on the driver as they arrive.
 The orchestration is engine-neutral. An *executor* is anything with
 ``submit(fn, *args) -> future`` whose futures have ``add_done_callback``,
 ``result()`` and ``exception()``: ``concurrent.futures`` executors, Dask's
-``distributed.Client``, or :class:`refract.ray.RayExecutor`::
+:class:`refract.dask.DaskExecutor` over a Dask ``distributed.Client``, or
+:class:`refract.ray.RayExecutor`::
 
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing, refract.distributed as rd
@@ -75,6 +76,7 @@ __all__ = [
     "cleanup_orphans",
     "compact_files",
     "execute_task",
+    "maintain",
 ]
 
 _log = logging.getLogger("refract.distributed")
@@ -468,6 +470,42 @@ def compact_files(
             metrics=metrics,
         )
     return metrics
+
+
+def maintain(
+    uri: Union[str, Dataset],
+    options: Optional[CompactionOptions] = None,
+    storage_options: Optional[Dict[str, str]] = None,
+    *,
+    index_names: Optional[Sequence[str]] = None,
+    budget_bytes: Optional[int] = None,
+    compact: Callable[..., CompactionMetrics] = compact_files,
+    **compact_kwargs: Any,
+) -> Dict[str, Any]:
+    """Distributed compaction, then ``remap_indices`` and ``trim_fri`` on the
+    driver (they read and write little and must not run concurrently on one
+    table).
+
+    ``compact(uri, options, storage_options, **compact_kwargs)`` runs the
+    compaction: :func:`compact_files` by default, or the Ray or Dask one.
+    ``options`` default to ``defer_index_remap=True``, so the commits only
+    record the rewrites in the fragment reuse index and the remap rewrites
+    each index segment once at the end. Returns ``{"compaction":
+    CompactionMetrics, "remap": report, "trim": report, "final_version":
+    int}``.
+
+    Raises what ``compact`` raises (:class:`DistributedCompactionError`),
+    then what the remap and the trim raise (:class:`RefractError`)."""
+    options = dict(options or {})
+    options.setdefault("defer_index_remap", True)
+    if isinstance(uri, Dataset):
+        storage_options = storage_options or uri._storage_options
+        uri = uri.uri
+    metrics = compact(uri, options, storage_options, **compact_kwargs)
+    ds = dataset(uri, storage_options=storage_options)
+    remap = ds.remap_indices(index_names, budget_bytes=budget_bytes)
+    trim = ds.trim_fri()
+    return {"compaction": metrics, "remap": remap, "trim": trim, "final_version": ds.version}
 
 
 def _ranges(indices: Sequence[int]) -> str:

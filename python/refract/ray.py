@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Union
 import ray as _ray
 
 from . import distributed as _distributed
-from .dataset import Dataset, dataset
+from .dataset import Dataset
 from .distributed import DistributedCompactionError, Progress, execute_task
 from .optimize import CompactionMetrics, CompactionOptions
 
@@ -171,24 +171,18 @@ def maintain(
     budget_bytes: Optional[int] = None,
     **compact_kwargs: Any,
 ) -> Dict[str, Any]:
-    """Distributed compaction on Ray, then ``remap_indices`` and
-    ``trim_fri`` on the driver (they read and write little and must not run
-    concurrently on one table).
-
-    ``options`` default to ``defer_index_remap=True``, so the commits only
-    record the rewrites in the fragment reuse index and the remap rewrites
-    each index segment once at the end. Returns ``{"compaction":
-    CompactionMetrics, "remap": report, "trim": report, "final_version":
-    int}``; ``compact_kwargs`` go to :func:`compact_files`."""
-    options = dict(options or {})
-    options.setdefault("defer_index_remap", True)
-    if isinstance(uri, Dataset):
-        storage_options = storage_options or uri._storage_options
-        uri = uri.uri
-    metrics = compact_files(
-        uri, options, storage_options, num_workers, commit_every, **compact_kwargs
+    """Distributed compaction on Ray (:func:`compact_files`), then
+    ``remap_indices`` and ``trim_fri`` on the driver: see
+    :func:`refract.distributed.maintain` (the same options, report and
+    errors); ``compact_kwargs`` go to :func:`compact_files`."""
+    return _distributed.maintain(
+        uri,
+        options,
+        storage_options,
+        index_names=index_names,
+        budget_bytes=budget_bytes,
+        compact=compact_files,
+        num_workers=num_workers,
+        commit_every=commit_every,
+        **compact_kwargs,
     )
-    ds = dataset(uri, storage_options=storage_options)
-    remap = ds.remap_indices(index_names, budget_bytes=budget_bytes)
-    trim = ds.trim_fri()
-    return {"compaction": metrics, "remap": remap, "trim": trim, "final_version": ds.version}

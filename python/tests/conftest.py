@@ -78,7 +78,7 @@ def run_cli(cli, *args):
     return done.returncode, done.stdout, done.stderr
 
 
-# -- distributed compaction (test_distributed.py, test_ray.py) ------------------
+# -- distributed compaction (test_distributed.py, test_ray.py, test_dask.py) --
 
 #: Compaction options of the distributed tests: the 200 fragments of 10 rows
 #: of `fragmented_table` make a plan of >= 8 tasks (14 today).
@@ -117,6 +117,14 @@ def indexed_equals_scans(ds):
         assert indexed.sort_by("_rowaddr") == scanned.sort_by("_rowaddr"), predicate
         plain = ds.to_table(filter=predicate, with_row_address=True)
         assert indexed.sort_by("_rowaddr") == plain, predicate
+
+
+@pytest.fixture
+def table(request):
+    """A fresh `fragmented_table` on S3: `(uri, storage_options)`."""
+    uri, options = s3_location(request.node.name)
+    fragmented_table(uri, options)
+    return uri, options
 
 
 @pytest.fixture(scope="session")

@@ -20,11 +20,9 @@ from refract.distributed import DistributedCompactionError, Progress, TextProgre
 from refract.optimize import Compaction, RewriteResult
 from conftest import (
     DISTRIBUTED_OPTIONS,
-    fragmented_table,
     indexed_equals_scans,
     layout,
     numbered,
-    s3_location,
 )
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -32,14 +30,6 @@ SPAWN = multiprocessing.get_context("spawn")
 
 def spawn_pool():
     return ProcessPoolExecutor(2, mp_context=SPAWN)
-
-
-@pytest.fixture
-def table(request):
-    """A fresh 200-fragment table on S3: `(uri, storage_options)`."""
-    uri, options = s3_location(request.node.name)
-    fragmented_table(uri, options)
-    return uri, options
 
 
 def test_process_pool_equals_single_process(table, single_process_reference):

@@ -25,11 +25,9 @@ from refract import distributed
 from refract.optimize import Compaction
 from conftest import (
     DISTRIBUTED_OPTIONS,
-    fragmented_table,
     indexed_equals_scans,
     layout,
     numbered,
-    s3_location,
 )
 
 
@@ -60,12 +58,8 @@ def ray_cluster():
         shutil.rmtree(made, ignore_errors=True)
 
 
-@pytest.fixture
-def table(request, ray_cluster):
-    """A fresh 200-fragment table on S3: `(uri, storage_options)`."""
-    uri, options = s3_location(request.node.name)
-    fragmented_table(uri, options)
-    return uri, options
+# Every test runs on the cluster (and `table` from conftest is made after it starts).
+pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
 def test_ray_equals_single_process(table, single_process_reference):

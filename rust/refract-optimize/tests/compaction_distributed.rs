@@ -9,6 +9,7 @@ use refract_optimize::compaction::{
     commit_compaction, plan_compaction, plan_from_json, CompactionOptions, RewriteResult,
 };
 use refract_table::dataset::{Dataset, WriteOptions};
+use refract_table::io::RequestStats;
 
 fn options(target: u64) -> CompactionOptions {
     CompactionOptions {
@@ -201,4 +202,110 @@ async fn compaction_can_run_on_a_spawned_task() {
     let (metrics, ids) = handle.await.unwrap();
     assert_eq!(metrics.fragments_removed, 3);
     assert_eq!(ids, (0..30).collect::<Vec<i64>>());
+}
+
+/// Requests of one commit of `tasks` two-fragment results on a table of
+/// `2 * tasks` one-row fragments (from a handle at the read version).
+async fn commit_requests(tasks: u64) -> RequestStats {
+    let uri = common::memory_uri("commit-scale");
+    let mut dataset = Dataset::create(&uri, common::schema(), Default::default())
+        .await
+        .unwrap();
+    let one_row_files = WriteOptions {
+        max_rows_per_file: 1,
+        ..WriteOptions::default()
+    };
+    dataset
+        .append(vec![batch(0, 2 * tasks)], &one_row_files)
+        .await
+        .unwrap();
+    let plan = plan_compaction(&dataset, &options(2)).unwrap();
+    assert_eq!(plan.tasks.len() as u64, tasks);
+    let mut results = Vec::new();
+    for task in &plan.tasks {
+        results.push(task.execute(&dataset).await.unwrap());
+    }
+    dataset.store().reset_stats();
+    let (after, metrics) = commit_compaction(&dataset, results).await.unwrap();
+    assert_eq!(metrics.fragments_removed, 2 * tasks);
+    assert_eq!(after.fragments().len() as u64, tasks);
+    dataset.store().stats()
+}
+
+#[tokio::test]
+async fn commit_requests_are_a_constant_per_result() {
+    // Work that grows with the table per result (a manifest per result, a
+    // file read twice) would show as a growing step between the sizes.
+    let (small, medium, large) = (
+        commit_requests(4).await,
+        commit_requests(8).await,
+        commit_requests(16).await,
+    );
+    let step = |a: &RequestStats, b: &RequestStats| {
+        (
+            b.heads - a.heads,
+            b.gets - a.gets,
+            b.get_ranges - a.get_ranges,
+            b.requests_under("data") - a.requests_under("data"),
+            b.total_requests() - a.total_requests(),
+        )
+    };
+    let per_four = step(&small, &medium);
+    let (heads, gets, ranges, data, total) = per_four;
+    assert_eq!(
+        step(&medium, &large),
+        (2 * heads, 2 * gets, 2 * ranges, 2 * data, 2 * total),
+        "eight more results cost twice four more"
+    );
+    // Each result adds exactly its new file's checks: one HEAD and its reads,
+    // all under data/; nothing else grows.
+    assert_eq!(per_four.0, 4, "one HEAD per new file");
+    assert_eq!(per_four.3, per_four.4, "every added request reads data/");
+    for dir in ["_versions", "_indices", "_transactions", ""] {
+        assert_eq!(
+            small.requests_under(dir),
+            large.requests_under(dir),
+            "{dir}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn verification_reports_the_first_bad_file_in_result_order() {
+    let dataset = dataset_with_fragments(&[1; 12]).await;
+    let plan = plan_compaction(&dataset, &options(2)).unwrap();
+    assert_eq!(plan.tasks.len(), 6);
+    let mut results = Vec::new();
+    for task in &plan.tasks {
+        results.push(task.execute(&dataset).await.unwrap());
+    }
+    let good = results.clone();
+    // Task 4's file is missing, task 2's declares a byte too many; the files
+    // are checked concurrently, yet the error names the first in order and
+    // nothing commits.
+    results[4].new_files[0].path = "data/never-written.lance".to_string();
+    results[2].new_files[0].size_bytes += 1;
+    let err = commit_compaction(&dataset, results.clone())
+        .await
+        .err()
+        .unwrap();
+    let size = good[2].new_files[0].size_bytes;
+    let expected = format!(
+        "compaction result of task 2: {} has {size} bytes, not {}",
+        good[2].new_files[0].path,
+        size + 1
+    );
+    assert!(err.to_string().contains(&expected), "{err}");
+    results[2] = good[2].clone();
+    let err = commit_compaction(&dataset, results).await.err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("compaction result of task 4: data/never-written.lance does not exist"),
+        "{err}"
+    );
+    let latest = dataset.checkout_latest().await.unwrap();
+    assert_eq!(latest.version(), dataset.version(), "nothing committed");
+    let (after, metrics) = commit_compaction(&dataset, good).await.unwrap();
+    assert_eq!(metrics.fragments_removed, 12);
+    assert_eq!(scan_ids(&after).await, (0..12).collect::<Vec<i64>>());
 }

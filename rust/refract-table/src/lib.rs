@@ -30,7 +30,7 @@ pub use dataset::{
     Dataset, DeleteResult, OpenOptions, RowSelection, Scanner, VersionEntry, VersionInfo,
     WriteOptions, ROW_ADDRESS_COLUMN,
 };
-pub use format::{DataFile, DeletionFileRef, Fragment, IndexMetadata, Manifest};
+pub use format::{DataFile, DeletionFileRef, Fragment, FragmentIndex, IndexMetadata, Manifest};
 pub use retention::{cleanup_old_versions, RemovedFile, RetentionPolicy, RetentionReport};
 pub use session::Session;
 pub use tags::{create_tag, delete_tag, list_tags, tag_version};

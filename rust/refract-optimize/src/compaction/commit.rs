@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::execute::RewriteResult;
 use super::inline_remap::InlineRemapHook;
 use super::landed::{find_landing, references_any, Landing};
-use super::verify::verify_results;
+use super::verify::{verify_results, ReadIndex, ReadVersions};
 use super::CompactionOptions;
 use refract_index::registry::IndexRegistry;
 
@@ -55,14 +55,16 @@ pub async fn commit_compaction(
     let options = shared_options(&results)?;
     check_disjoint(&results)?;
     let latest = dataset.checkout_latest().await?;
-    let mut metrics = rewrite_metrics(dataset, &results).await?;
+    let reads = ReadVersions::load(dataset, &results).await?;
+    let read_index = reads.index();
+    let mut metrics = rewrite_metrics(&read_index, &results);
     if references_any(&latest, &results) {
         if let Landing::Committed(version) = find_landing(&latest, &results).await? {
             metrics.committed_version = Some(version);
             return Ok((latest, metrics));
         }
     }
-    verify_results(dataset, &latest, &results).await?;
+    verify_results(dataset, &read_index, &latest, &results).await?;
     let mut groups = Vec::with_capacity(results.len());
     for result in &results {
         groups.push(RewriteGroup {
@@ -118,31 +120,23 @@ fn shared_options(results: &[RewriteResult]) -> Result<&CompactionOptions> {
 
 /// What committing `results` changes (the committed version unset). Old
 /// fragments are counted at each result's read version.
-async fn rewrite_metrics(
-    dataset: &Dataset,
-    results: &[RewriteResult],
-) -> Result<CompactionMetrics> {
+fn rewrite_metrics(reads: &ReadIndex<'_>, results: &[RewriteResult]) -> CompactionMetrics {
     let mut metrics = CompactionMetrics::default();
     for result in results {
-        let read = if result.read_version == dataset.version() {
-            dataset.clone()
-        } else {
-            dataset.checkout_version(result.read_version).await?
-        };
         metrics.fragments_removed += result.old_fragment_ids.len() as u64;
         metrics.files_removed += result
             .old_fragment_ids
             .iter()
             .map(|id| {
-                read.manifest()
-                    .fragment(*id)
+                reads
+                    .fragment(result.read_version, *id)
                     .map_or(0, |f| f.files.len() as u64)
             })
             .sum::<u64>();
         metrics.fragments_added += result.new_files.len() as u64;
         metrics.files_added += result.new_files.len() as u64;
     }
-    Ok(metrics)
+    metrics
 }
 
 /// The commit hook that keeps indices correct: inline remap of every affected

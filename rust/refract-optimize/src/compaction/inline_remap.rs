@@ -73,6 +73,7 @@ impl InlineRemapHook {
                 "commit assigned ids for a different number of rewrite groups",
             ));
         }
+        let index = candidate.fragment_index();
         let inputs = self
             .groups
             .iter()
@@ -81,7 +82,7 @@ impl InlineRemapHook {
                 let new_fragments = new_ids
                     .iter()
                     .map(|id| {
-                        let fragment = candidate.fragment(*id).ok_or_else(|| {
+                        let fragment = index.get(*id).ok_or_else(|| {
                             Error::invalid_input(format!(
                                 "new fragment {id} is not in the candidate"
                             ))

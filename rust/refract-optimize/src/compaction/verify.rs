@@ -6,12 +6,14 @@
 //! be a Lance file holding the declared rows, and not already belong to the
 //! table. A result that fails any check is refused before anything commits.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
+use futures::{stream, StreamExt, TryStreamExt};
 use refract_core::{Error, Result};
 use refract_table::dataset::Dataset;
 use refract_table::io::lance_files::LanceFileReader;
 use refract_table::io::paths::RelativePath;
+use refract_table::{Fragment, FragmentIndex};
 use roaring::RoaringTreemap;
 
 use super::execute::{RewriteResult, WrittenFile};
@@ -23,11 +25,70 @@ fn lie(result: &RewriteResult, message: impl std::fmt::Display) -> Error {
     ))
 }
 
-/// Verifies every result against `dataset` (the caller's handle, used for the
-/// read versions) and `latest` (whose files a result may not claim); see the
-/// module docs.
-pub async fn verify_results(
+/// The read versions of a set of results, each loaded once (results
+/// usually share one), with their fragments indexed by id: a lookup per
+/// source fragment, not a scan of the version's list.
+pub(super) struct ReadVersions {
+    versions: BTreeMap<u64, Dataset>,
+}
+
+impl ReadVersions {
+    /// Loads the read version of every result; `dataset` serves its own version.
+    ///
+    /// # Errors
+    /// The errors of loading a version.
+    pub(super) async fn load(dataset: &Dataset, results: &[RewriteResult]) -> Result<Self> {
+        let mut versions = BTreeMap::new();
+        for version in results.iter().map(|r| r.read_version) {
+            if versions.contains_key(&version) {
+                continue;
+            }
+            let read = if version == dataset.version() {
+                dataset.clone()
+            } else {
+                dataset.checkout_version(version).await?
+            };
+            versions.insert(version, read);
+        }
+        Ok(Self { versions })
+    }
+
+    /// Each read version's fragments by id.
+    pub(super) fn index(&self) -> ReadIndex<'_> {
+        ReadIndex {
+            versions: self
+                .versions
+                .iter()
+                .map(|(version, read)| (*version, read.manifest().fragment_index()))
+                .collect(),
+        }
+    }
+}
+
+/// The fragments of each read version by id (see [`ReadVersions::index`]).
+pub(super) struct ReadIndex<'a> {
+    versions: HashMap<u64, FragmentIndex<'a>>,
+}
+
+impl<'a> ReadIndex<'a> {
+    /// Fragment `id` as it was at `version` (None when absent or not loaded).
+    pub(super) fn fragment(&self, version: u64, id: u64) -> Option<&'a Fragment> {
+        self.versions.get(&version).and_then(|index| index.get(id))
+    }
+}
+
+/// New files verified at a time: the checks are a HEAD and a footer read per
+/// file, so on object storage their latency, not their work, bounds a
+/// commit of thousands of results.
+const VERIFY_CONCURRENCY: usize = 16;
+
+/// Verifies every result against its read version in `reads` and `latest`
+/// (whose files a result may not claim); new files are read through
+/// `dataset`'s store. See the module docs. Work and requests are linear in
+/// the results: constant per source fragment and per new file.
+pub(super) async fn verify_results(
     dataset: &Dataset,
+    reads: &ReadIndex<'_>,
     latest: &Dataset,
     results: &[RewriteResult],
 ) -> Result<()> {
@@ -36,63 +97,34 @@ pub async fn verify_results(
         .iter()
         .flat_map(|fragment| fragment.files.iter().map(|file| file.path.as_str()))
         .collect();
-    let mut claimed: HashSet<String> = HashSet::new();
-    // The read version's fragments by id, built once per read version (results
-    // usually share one): a lookup per source fragment, not a scan.
-    let mut read_view: Option<ReadView> = None;
+    let mut claimed: HashSet<&str> = HashSet::new();
     for result in results {
-        let view = match read_view.take() {
-            Some(view) if view.read.version() == result.read_version => view,
-            _ => {
-                let read = if result.read_version == dataset.version() {
-                    dataset.clone()
-                } else {
-                    dataset.checkout_version(result.read_version).await?
-                };
-                ReadView::new(read)
-            }
-        };
-        verify_sources(&view, result)?;
-        read_view = Some(view);
+        verify_sources(reads, result)?;
         for file in &result.new_files {
-            if referenced.contains(file.path.as_str()) || !claimed.insert(file.path.clone()) {
+            if referenced.contains(file.path.as_str()) || !claimed.insert(file.path.as_str()) {
                 return Err(lie(
                     result,
                     format!("{} already belongs to the table", file.path),
                 ));
             }
-            verify_file(dataset, result, file).await?;
         }
     }
-    Ok(())
-}
-
-/// A read version and the position of each of its fragments.
-struct ReadView {
-    read: Dataset,
-    positions: HashMap<u64, usize>,
-}
-
-impl ReadView {
-    fn new(read: Dataset) -> Self {
-        let positions = read
-            .fragments()
-            .iter()
-            .enumerate()
-            .map(|(at, fragment)| (fragment.id, at))
-            .collect();
-        Self { read, positions }
-    }
-
-    fn fragment(&self, id: u64) -> Option<&refract_table::Fragment> {
-        self.positions
-            .get(&id)
-            .and_then(|at| self.read.fragments().get(*at))
-    }
+    // The futures made up front (a stream mapping borrowed items through a
+    // closure would not be provably Send); polled in order, so the first bad
+    // file reported is the first in the results.
+    let checks: Vec<_> = results
+        .iter()
+        .flat_map(|result| result.new_files.iter().map(move |file| (result, file)))
+        .map(|(result, file)| verify_file(dataset, result, file))
+        .collect();
+    stream::iter(checks)
+        .buffered(VERIFY_CONCURRENCY)
+        .try_collect::<()>()
+        .await
 }
 
 /// The old run and the captured survivors match the read version.
-fn verify_sources(view: &ReadView, result: &RewriteResult) -> Result<()> {
+fn verify_sources(reads: &ReadIndex<'_>, result: &RewriteResult) -> Result<()> {
     if result.old_fragment_ids.len() != result.old_physical_rows.len()
         || result.old_fragment_ids.is_empty()
     {
@@ -105,7 +137,7 @@ fn verify_sources(view: &ReadView, result: &RewriteResult) -> Result<()> {
         .iter()
         .zip(&result.old_physical_rows)
     {
-        let fragment = view.fragment(*id).ok_or_else(|| {
+        let fragment = reads.fragment(result.read_version, *id).ok_or_else(|| {
             lie(
                 result,
                 format!("fragment {id} is not in version {}", result.read_version),
@@ -181,8 +213,14 @@ async fn verify_file(dataset: &Dataset, result: &RewriteResult, file: &WrittenFi
             format!("{path} has {actual} bytes, not {size_bytes}"),
         ));
     }
-    let reader =
-        LanceFileReader::open(dataset.store(), &path, Some(actual), file.checksum.as_ref()).await?;
+    // Uncached: thousands of files read once would only crowd the cache.
+    let reader = LanceFileReader::open_uncached(
+        dataset.store(),
+        &path,
+        Some(actual),
+        file.checksum.as_ref(),
+    )
+    .await?;
     if reader.num_rows() != num_rows || num_rows == 0 {
         return Err(lie(
             result,

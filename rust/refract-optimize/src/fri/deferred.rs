@@ -11,7 +11,7 @@ use refract_core::{Error, Result};
 use refract_ledger::{append_legacy_version, FragmentDigest, Ledger, Mapping, TransitionRecord};
 use refract_table::commit::fri_entry::{is_fri_entry, is_tagged, load_ledger, new_fri_entry};
 use refract_table::transaction::{Operation, RewriteGroup};
-use refract_table::{CommitHook, Dataset, IndexMetadata, Manifest};
+use refract_table::{CommitHook, Dataset, FragmentIndex, IndexMetadata, Manifest};
 use roaring::RoaringTreemap;
 
 /// Which ledger generation the hook writes.
@@ -121,7 +121,11 @@ impl CommitHook for DeferredRemapHook {
             } => {
                 let read = dataset.checkout_version(txn.read_version).await?;
                 vec![TransitionRecord::new(
-                    source_digests(read.manifest(), source_fragment_ids)?,
+                    source_digests(
+                        &read.manifest().fragment_index(),
+                        read.version(),
+                        source_fragment_ids,
+                    )?,
                     destinations
                         .iter()
                         .map(|f| FragmentDigest::new(f.id, f.physical_rows, 0))
@@ -202,15 +206,17 @@ fn history_covers(ledger: Option<&Ledger>, sources: &[u64]) -> bool {
     })
 }
 
-/// Digests of `ids` as they were in `read` (deletion counts at the read version).
-pub(crate) fn source_digests(read: &Manifest, ids: &[u64]) -> Result<Vec<FragmentDigest>> {
+/// Digests of `ids` as they were in `read`, version `version` (deletion
+/// counts at that version).
+fn source_digests(
+    read: &FragmentIndex<'_>,
+    version: u64,
+    ids: &[u64],
+) -> Result<Vec<FragmentDigest>> {
     ids.iter()
         .map(|id| {
-            let fragment = read.fragment(*id).ok_or_else(|| {
-                Error::invalid_input(format!(
-                    "fragment {id} is not part of version {}",
-                    read.version
-                ))
+            let fragment = read.get(*id).ok_or_else(|| {
+                Error::invalid_input(format!("fragment {id} is not part of version {version}"))
             })?;
             Ok(FragmentDigest::new(
                 fragment.id,
@@ -235,6 +241,7 @@ fn ordered_records(
             assigned.len()
         )));
     }
+    let index = read.fragment_index();
     groups
         .iter()
         .zip(assigned)
@@ -264,9 +271,9 @@ fn ordered_records(
                 .zip(&group.new_fragments)
                 .map(|(id, fragment)| FragmentDigest::new(*id, fragment.physical_rows, 0))
                 .collect();
-            let sources = group_sources(read, &group.old_fragment_ids, &surviving);
+            let sources = group_sources(&index, &group.old_fragment_ids, &surviving);
             TransitionRecord::new(
-                source_digests(read, &sources)?,
+                source_digests(&index, read.version, &sources)?,
                 destinations,
                 Mapping::OrderedCompaction { surviving },
                 read_version,
@@ -278,16 +285,16 @@ fn ordered_records(
 /// The group's sources in read order: its listed fragments plus any whose rows
 /// it captured but a concurrent delete removed since (the rebase drops those
 /// from the positional run, yet their survivors are in the mapping).
-fn group_sources(read: &Manifest, listed: &[u64], surviving: &RoaringTreemap) -> Vec<u64> {
-    let captured: std::collections::BTreeSet<u64> = surviving
-        .bitmaps()
-        .map(|(fragment, _)| u64::from(fragment))
-        .collect();
-    read.fragments
+fn group_sources(read: &FragmentIndex<'_>, listed: &[u64], surviving: &RoaringTreemap) -> Vec<u64> {
+    let mut sources: Vec<(usize, u64)> = listed
         .iter()
-        .map(|fragment| fragment.id)
-        .filter(|id| listed.contains(id) || captured.contains(id))
-        .collect()
+        .copied()
+        .chain(surviving.bitmaps().map(|(fragment, _)| u64::from(fragment)))
+        .filter_map(|id| read.position(id).map(|at| (at, id)))
+        .collect();
+    sources.sort_unstable();
+    sources.dedup();
+    sources.into_iter().map(|(_, id)| id).collect()
 }
 
 /// Replaces the candidate's FRI entry by `entry`, and records the swap in the

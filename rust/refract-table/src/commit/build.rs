@@ -1,7 +1,7 @@
 //! Applies an (already rebased) transaction to the latest manifest, producing
 //! the candidate manifest of the next version.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use refract_core::{Error, Result};
 use refract_ledger::flags::FLAG_DELETION_FILES;
@@ -182,12 +182,7 @@ fn apply_rewrite(
     }
     // One pass over the fragment list, not one search and splice per group:
     // a commit of 10,000 results stays linear in the fragments it touches.
-    let position: HashMap<u64, usize> = next
-        .fragments
-        .iter()
-        .enumerate()
-        .map(|(at, fragment)| (fragment.id, at))
-        .collect();
+    let index = next.fragment_index();
     let mut applied = Vec::with_capacity(groups.len());
     let mut runs: Vec<(usize, usize, usize)> = Vec::with_capacity(groups.len());
     for group in groups {
@@ -195,8 +190,8 @@ fn apply_rewrite(
             .old_fragment_ids
             .first()
             .ok_or_else(|| Error::invalid_input("a rewrite group has no old fragments"))?;
-        let start = *position
-            .get(first)
+        let start = index
+            .position(*first)
             .ok_or_else(|| missing_fragment(*first))?;
         let end = start + group.old_fragment_ids.len();
         let run_matches = next.fragments.get(start..end).is_some_and(|run| {
@@ -208,7 +203,7 @@ fn apply_rewrite(
             if let Some(id) = group
                 .old_fragment_ids
                 .iter()
-                .find(|id| !position.contains_key(id))
+                .find(|id| !index.contains(**id))
             {
                 return Err(missing_fragment(*id));
             }
@@ -361,6 +356,16 @@ mod tests {
             fragments.iter().map(|f| f.id).collect::<Vec<_>>(),
             vec![10, 11]
         );
+    }
+
+    #[test]
+    fn fragment_index_finds_fragments_in_any_id_order() {
+        let base = manifest(&[5, 2, 9], 9);
+        let index = base.fragment_index();
+        assert_eq!(index.position(2), Some(1));
+        assert_eq!(index.get(9).map(|f| f.id), Some(9));
+        assert!(index.contains(5) && !index.contains(3));
+        assert!(index.get(3).is_none() && index.position(3).is_none());
     }
 
     #[test]

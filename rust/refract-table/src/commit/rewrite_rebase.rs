@@ -10,7 +10,7 @@ use refract_core::{DeletionVector, Error, Result, RowAddress};
 use roaring::RoaringTreemap;
 
 use crate::dataset::Dataset;
-use crate::format::Manifest;
+use crate::format::{FragmentIndex, Manifest};
 use crate::io::deletion_file::write_deletion_file;
 use crate::transaction::{Operation, RewriteGroup, Transaction};
 
@@ -31,9 +31,15 @@ pub(crate) async fn translate_deletes_through_rewrite(
         return Ok(txn.operation.clone());
     };
     let base = latest.checkout_version(txn.read_version).await?;
+    // Both versions indexed once: a lookup per source, not a scan per group.
+    let (base_index, latest_index) = (
+        base.manifest().fragment_index(),
+        latest.manifest().fragment_index(),
+    );
     let mut rebased = Vec::with_capacity(groups.len());
     for group in groups {
-        rebased.push(rebase_group(latest, base.manifest(), group).await?);
+        rebased
+            .push(rebase_group(latest, &latest_index, base.manifest(), &base_index, group).await?);
     }
     Ok(Operation::Rewrite {
         groups: rebased,
@@ -45,12 +51,14 @@ pub(crate) async fn translate_deletes_through_rewrite(
 /// Rows of `group`'s survivors deleted at `latest`, translated onto its new fragments.
 async fn rebase_group(
     latest: &Dataset,
+    latest_index: &FragmentIndex<'_>,
     base: &Manifest,
+    base_index: &FragmentIndex<'_>,
     group: &RewriteGroup,
 ) -> Result<RewriteGroup> {
     let changed = group.old_fragment_ids.iter().any(|id| {
-        latest.manifest().fragment(*id).map(|f| &f.deletion_file)
-            != base.fragment(*id).map(|f| &f.deletion_file)
+        latest_index.get(*id).map(|f| &f.deletion_file)
+            != base_index.get(*id).map(|f| &f.deletion_file)
     });
     if !changed {
         return Ok(group.clone());
@@ -62,12 +70,12 @@ async fn rebase_group(
         ));
     };
     let survivors = decode_survivors(bytes)?;
-    let gone = newly_deleted(latest, group, &survivors).await?;
+    let gone = newly_deleted(latest, latest_index, group, &survivors).await?;
     let kept_old: Vec<u64> = group
         .old_fragment_ids
         .iter()
         .copied()
-        .filter(|id| latest.manifest().fragment(*id).is_some())
+        .filter(|id| latest_index.contains(*id))
         .collect();
     if kept_old.is_empty() {
         return Err(Error::conflict(
@@ -122,6 +130,7 @@ async fn rebase_group(
 /// Survivors that are deleted (or whose fragment is gone) at `latest`.
 async fn newly_deleted(
     latest: &Dataset,
+    latest_index: &FragmentIndex<'_>,
     group: &RewriteGroup,
     survivors: &RoaringTreemap,
 ) -> Result<RoaringTreemap> {
@@ -129,7 +138,7 @@ async fn newly_deleted(
     // A treemap keys its bitmaps by an address's high 32 bits: the fragment id.
     for (fragment_id, in_fragment) in survivors.bitmaps() {
         let id = u64::from(fragment_id);
-        let offsets = match latest.manifest().fragment(id) {
+        let offsets = match latest_index.get(id) {
             // The whole fragment was deleted concurrently.
             None if group.old_fragment_ids.contains(&id) => in_fragment.clone(),
             Some(fragment) if fragment.deletion_file.is_some() => {

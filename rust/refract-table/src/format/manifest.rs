@@ -11,7 +11,7 @@
 //! the magic's first byte or back, so damage to the header is never
 //! mistaken for the old form.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Cursor;
 
 use arrow::ipc::reader::StreamReader;
@@ -91,15 +91,54 @@ pub struct Manifest {
     pub transaction: Option<Transaction>,
 }
 
+/// A manifest's fragments by id (see [`Manifest::fragment_index`]).
+#[derive(Debug, Clone)]
+pub struct FragmentIndex<'a> {
+    fragments: &'a [Fragment],
+    positions: HashMap<u64, usize>,
+}
+
+impl<'a> FragmentIndex<'a> {
+    /// The fragment with `id`.
+    pub fn get(&self, id: u64) -> Option<&'a Fragment> {
+        self.position(id).and_then(|at| self.fragments.get(at))
+    }
+
+    /// The position of fragment `id` in the manifest's list.
+    pub fn position(&self, id: u64) -> Option<usize> {
+        self.positions.get(&id).copied()
+    }
+
+    /// True when the manifest has fragment `id`.
+    pub fn contains(&self, id: u64) -> bool {
+        self.positions.contains_key(&id)
+    }
+}
+
 impl Manifest {
     /// The position of fragment `id` in the list.
     pub fn fragment_position(&self, id: u64) -> Option<usize> {
         self.fragments.iter().position(|fragment| fragment.id == id)
     }
 
-    /// The fragment with `id`.
+    /// The fragment with `id`. Scans the list: for more than a few lookups
+    /// use [`Self::fragment_index`].
     pub fn fragment(&self, id: u64) -> Option<&Fragment> {
         self.fragments.iter().find(|fragment| fragment.id == id)
+    }
+
+    /// Every fragment by id, built in one pass over the list: lookups in
+    /// constant time, so work per looked-up id does not grow with the table.
+    pub fn fragment_index(&self) -> FragmentIndex<'_> {
+        FragmentIndex {
+            fragments: &self.fragments,
+            positions: self
+                .fragments
+                .iter()
+                .enumerate()
+                .map(|(at, fragment)| (fragment.id, at))
+                .collect(),
+        }
     }
 
     /// Rows a full scan returns.

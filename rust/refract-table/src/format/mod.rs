@@ -9,4 +9,4 @@ pub mod proto;
 pub use crate::io::deletion_file::DeletionFileRef;
 pub use fragment::{DataFile, Fragment, MAX_FRAGMENT_ID, MAX_PHYSICAL_ROWS};
 pub use index::{IndexMetadata, SYSTEM_INDEX_PREFIX};
-pub use manifest::Manifest;
+pub use manifest::{FragmentIndex, Manifest};
