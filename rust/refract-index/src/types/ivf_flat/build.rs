@@ -20,8 +20,6 @@ pub const MAX_DEFAULT_PARTITIONS: usize = 4096;
 pub const DEFAULT_SAMPLE_RATE: usize = 256;
 /// Default Lloyd iterations.
 pub const DEFAULT_MAX_ITERATIONS: usize = 20;
-/// Rows per batch a build reads back or writes.
-pub const WRITE_BATCH_ROWS: usize = 65_536;
 
 /// The non-null vectors of one build-input batch, row-major, with their
 /// addresses in scan order.
@@ -140,6 +138,14 @@ impl CollectedVectors {
     pub fn is_empty(&self) -> bool {
         self.addrs.is_empty()
     }
+}
+
+/// The capacity, in rows, a buffer of `capacity` rows grows to when it must
+/// hold `needed` rows: double, but never past `limit` unless `needed` is
+/// more. A buffer that fits its limit never holds up to twice it, as plain
+/// `Vec` growth would.
+pub fn capped_growth(capacity: usize, needed: usize, limit: usize) -> usize {
+    capacity.saturating_mul(2).min(limit).max(needed)
 }
 
 /// The partition count for `rows` rows: the parameter, else `sqrt(rows)`
