@@ -13,11 +13,13 @@
 //! partition either way, so a spilled build writes the same files as one
 //! held in memory.
 //!
-//! What a build holds is allocated against its budget, not grown by
-//! doubling: the rows kept before spilling grow to the budget at most, and
-//! the held partitions of every output pass share one buffer sized for the
-//! largest run, allocated once per build and filled at offsets the
-//! partition sizes give. Batches spilled, read back and written carry
+//! What a build holds is allocated against its budget, never grown by
+//! doubling (a reallocated buffer leaves its old copy to the allocator, and
+//! a copy at twice the size): the rows kept before spilling go into chunks
+//! of one batch allocated once each, up to the budget, and the held
+//! partitions of every output pass share one buffer sized for the largest
+//! run, allocated once per build and filled at offsets the partition sizes
+//! give. Batches spilled, read back and written carry
 //! `BuildLimits::batch_bytes` of rows, so the spill reader's read-ahead
 //! holds a few MiB. Beyond these fixed amounts a build keeps 4 bytes a row
 //! (each spilled row's partition).
@@ -38,8 +40,8 @@ use refract_table::io::{
 };
 
 use super::build::{
-    assign, capped_growth, partition_count, sample_rate, train_centroids, BatchVectors,
-    CollectedVectors, PartitionPlan, MAX_DEFAULT_PARTITIONS,
+    assign, partition_count, sample_rate, train_centroids, BatchVectors, CollectedVectors,
+    PartitionPlan, MAX_DEFAULT_PARTITIONS,
 };
 use super::layout::{
     addresses_path, vector_array, vector_type, vector_values, vectors_batch, vectors_path,
@@ -149,7 +151,7 @@ pub(crate) async fn build(
         rate,
         dim: 0,
         rows: 0,
-        memory: CollectedVectors::default(),
+        memory: None,
         spill: None,
         reservoir: None,
         report: BuildReport::default(),
@@ -160,7 +162,7 @@ pub(crate) async fn build(
     let Intake {
         dim,
         rows,
-        mut memory,
+        memory,
         spill,
         reservoir,
         mut report,
@@ -195,7 +197,7 @@ pub(crate) async fn build(
     tracing::debug!(partitions = k, "ivf_flat build: trained");
     let layout = match spill {
         None => {
-            memory.dim = dim;
+            let memory = memory.unwrap_or_else(|| CollectedVectors::new(dim, 1, 0));
             let plan = PartitionPlan::new(&memory, centroids, metric);
             let batch_rows = limits.batch_rows(dim);
             report.max_batch_rows = report.max_batch_rows.max(batch_rows.min(memory.len()));
@@ -246,8 +248,8 @@ struct Intake<'a> {
     dim: usize,
     /// Non-null vectors seen.
     rows: u64,
-    /// The rows, while they fit the memory budget.
-    memory: CollectedVectors,
+    /// The rows, while they fit the memory budget (created with the first vector).
+    memory: Option<CollectedVectors>,
     /// Where every row goes once they do not.
     spill: Option<LanceFileWriter>,
     /// The training sample (created with the first vector).
@@ -278,7 +280,8 @@ impl Intake<'_> {
             .chunks_exact(dim)
             .for_each(|v| reservoir.offer(v));
         self.rows += vectors.len() as u64;
-        let held = (self.memory.len() + vectors.len()) * row_bytes(dim);
+        let kept = self.memory.as_ref().map_or(0, CollectedVectors::len);
+        let held = (kept + vectors.len()) * row_bytes(dim);
         if self.spill.is_none() && held > self.limits.memory_bytes {
             let mut writer = LanceFileWriter::create_streaming(
                 &self.ctx.store,
@@ -287,9 +290,11 @@ impl Intake<'_> {
                 STREAMING_PAGE_BYTES,
             )
             .await?;
-            let memory = std::mem::take(&mut self.memory);
-            self.write_spill(&mut writer, &memory.values, &memory.addrs)
-                .await?;
+            if let Some(memory) = self.memory.take() {
+                for (values, addrs) in memory.chunks() {
+                    self.write_spill(&mut writer, values, addrs).await?;
+                }
+            }
             self.spill = Some(writer);
         }
         match self.spill.take() {
@@ -298,29 +303,19 @@ impl Intake<'_> {
                     .await?;
                 self.spill = Some(writer);
             }
-            None => self.hold(vectors),
+            None => self.hold(&vectors),
         }
         Ok(())
     }
 
-    /// Keeps rows that fit the budget, growing the buffers to the budget at
-    /// most.
-    fn hold(&mut self, vectors: BatchVectors) {
-        let dim = self.dim;
-        let memory = &mut self.memory;
-        let (len, needed) = (memory.len(), memory.len() + vectors.len());
-        // An empty buffer takes the batch's own; a full one grows.
-        if len > 0 && needed > memory.addrs.capacity() {
-            let rows = capped_growth(memory.addrs.capacity(), needed, self.limits.held_rows(dim));
-            memory.addrs.reserve_exact(rows - len);
-            memory
-                .values
-                .reserve_exact(rows * dim - memory.values.len());
-        }
+    /// Keeps rows that fit the budget.
+    fn hold(&mut self, vectors: &BatchVectors) {
+        let (dim, limits) = (self.dim, self.limits);
+        let memory = self.memory.get_or_insert_with(|| {
+            CollectedVectors::new(dim, limits.batch_rows(dim), limits.held_rows(dim))
+        });
         memory.append(vectors);
-        let held = memory.values.capacity() * std::mem::size_of::<f32>()
-            + memory.addrs.capacity() * std::mem::size_of::<u64>();
-        self.report.max_held_bytes = self.report.max_held_bytes.max(held);
+        self.report.max_held_bytes = self.report.max_held_bytes.max(memory.allocated_bytes());
     }
 
     /// Spills rows in batches of at most `limits.batch_rows`.
