@@ -20,8 +20,6 @@ pub const MAX_DEFAULT_PARTITIONS: usize = 4096;
 pub const DEFAULT_SAMPLE_RATE: usize = 256;
 /// Default Lloyd iterations.
 pub const DEFAULT_MAX_ITERATIONS: usize = 20;
-/// Rows per batch a build reads back or writes.
-pub const WRITE_BATCH_ROWS: usize = 65_536;
 
 /// The non-null vectors of one build-input batch, row-major, with their
 /// addresses in scan order.
@@ -106,40 +104,141 @@ impl BatchVectors {
     }
 }
 
-/// The indexed vectors of a build held in memory, row-major, with their
-/// addresses in scan order.
-#[derive(Debug, Default)]
+/// The indexed vectors of a build held in memory, in scan order: chunks of
+/// `chunk_rows` rows, each allocated once at its full size (the last one
+/// cut so the chunks hold `max_rows` at most), so holding rows never moves
+/// or reallocates them, and the memory is the rows rounded up to a chunk.
+#[derive(Debug)]
 pub struct CollectedVectors {
-    /// Vector dimension (0 until the first batch).
-    pub dim: usize,
-    /// `addrs.len() × dim` values.
-    pub values: Vec<f32>,
-    /// Stored row addresses.
-    pub addrs: Vec<u64>,
+    dim: usize,
+    chunk_rows: usize,
+    max_rows: usize,
+    chunks: Vec<Chunk>,
+    /// Rows the chunks can hold.
+    allocated_rows: usize,
+    len: usize,
+}
+
+/// Row-major values and addresses of up to one chunk of rows.
+#[derive(Debug)]
+struct Chunk {
+    /// The collection's row this chunk starts at.
+    start: usize,
+    values: Vec<f32>,
+    addrs: Vec<u64>,
 }
 
 impl CollectedVectors {
-    /// Appends vectors read from one batch (of this dimension, or the first).
-    pub fn append(&mut self, vectors: BatchVectors) {
-        self.dim = vectors.dim;
-        if self.values.is_empty() {
-            self.values = vectors.values;
-            self.addrs = vectors.addrs;
-        } else {
-            self.values.extend_from_slice(&vectors.values);
-            self.addrs.extend_from_slice(&vectors.addrs);
+    /// An empty collection of `dim`-value vectors in chunks of `chunk_rows`
+    /// rows (at least one) holding `max_rows` rows at most before rows past
+    /// it get chunks of their own.
+    pub fn new(dim: usize, chunk_rows: usize, max_rows: usize) -> Self {
+        Self {
+            dim: dim.max(1),
+            chunk_rows: chunk_rows.max(1),
+            max_rows,
+            chunks: Vec::new(),
+            allocated_rows: 0,
+            len: 0,
+        }
+    }
+
+    /// Vector dimension.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Appends the vectors of one batch of this dimension.
+    pub fn append(&mut self, vectors: &BatchVectors) {
+        let dim = self.dim;
+        let mut rest_addrs = vectors.addrs.as_slice();
+        let mut rest_values = vectors.values.as_slice();
+        while !rest_addrs.is_empty() {
+            if self
+                .chunks
+                .last()
+                .is_none_or(|c| c.addrs.len() == c.addrs.capacity())
+            {
+                let room = self.max_rows.saturating_sub(self.allocated_rows);
+                let rows = if room == 0 {
+                    self.chunk_rows
+                } else {
+                    self.chunk_rows.min(room)
+                };
+                self.chunks.push(Chunk {
+                    start: self.len,
+                    values: Vec::with_capacity(rows * dim),
+                    addrs: Vec::with_capacity(rows),
+                });
+                self.allocated_rows += rows;
+            }
+            // A chunk was pushed above unless the last one has room.
+            let Some(chunk) = self.chunks.last_mut() else {
+                return;
+            };
+            let take = (chunk.addrs.capacity() - chunk.addrs.len()).min(rest_addrs.len());
+            chunk.addrs.extend_from_slice(&rest_addrs[..take]);
+            chunk.values.extend_from_slice(&rest_values[..take * dim]);
+            rest_addrs = &rest_addrs[take..];
+            rest_values = &rest_values[take * dim..];
+            self.len += take;
         }
     }
 
     /// Rows collected.
     pub fn len(&self) -> usize {
-        self.addrs.len()
+        self.len
     }
 
     /// True when no vector was collected.
     pub fn is_empty(&self) -> bool {
-        self.addrs.is_empty()
+        self.len == 0
     }
+
+    /// Bytes the chunks allocated (vector values and addresses).
+    pub fn allocated_bytes(&self) -> usize {
+        self.chunks
+            .iter()
+            .map(|c| {
+                c.values.capacity() * std::mem::size_of::<f32>()
+                    + c.addrs.capacity() * std::mem::size_of::<u64>()
+            })
+            .sum()
+    }
+
+    /// The chunks in order: their vector values and addresses.
+    pub fn chunks(&self) -> impl Iterator<Item = (&[f32], &[u64])> {
+        self.chunks
+            .iter()
+            .map(|c| (c.values.as_slice(), c.addrs.as_slice()))
+    }
+
+    /// Every vector in order.
+    pub fn vectors(&self) -> impl Iterator<Item = &[f32]> {
+        self.chunks
+            .iter()
+            .flat_map(move |c| c.values.chunks_exact(self.dim))
+    }
+
+    /// The vector and address of row `row`; None past the last row.
+    fn row(&self, row: usize) -> Option<(&[f32], u64)> {
+        // Chunks are in row order; the one holding `row` is the last that
+        // starts at or before it.
+        let index = self.chunks.partition_point(|c| c.start <= row);
+        let chunk = self.chunks.get(index.checked_sub(1)?)?;
+        let at = row - chunk.start;
+        let addr = *chunk.addrs.get(at)?;
+        let vector = chunk.values.get(at * self.dim..(at + 1) * self.dim)?;
+        Some((vector, addr))
+    }
+}
+
+/// The capacity, in rows, a buffer of `capacity` rows grows to when it must
+/// hold `needed` rows: double, but never past `limit` unless `needed` is
+/// more. A buffer that fits its limit never holds up to twice it, as plain
+/// `Vec` growth would.
+pub fn capped_growth(capacity: usize, needed: usize, limit: usize) -> usize {
+    capacity.saturating_mul(2).min(limit).max(needed)
 }
 
 /// The partition count for `rows` rows: the parameter, else `sqrt(rows)`
@@ -211,11 +310,10 @@ pub struct PartitionPlan {
 impl PartitionPlan {
     /// Assigns every vector of `vectors` to its nearest centroid.
     pub fn new(vectors: &CollectedVectors, centroids: Vec<f32>, metric: Metric) -> Self {
-        let dim = vectors.dim.max(1);
+        let dim = vectors.dim();
         let partitions = centroids.len() / dim;
         let assignment: Vec<u32> = vectors
-            .values
-            .chunks_exact(dim)
+            .vectors()
             .map(|v| assign(&centroids, dim, metric, v))
             .collect();
         let mut lengths = vec![0u64; partitions];
@@ -259,15 +357,19 @@ impl PartitionPlan {
     ) -> impl Iterator<Item = Result<(RecordBatch, UInt64Array)>> + 'a {
         let dim = self.layout.dim;
         self.order.chunks(batch_rows.max(1)).map(move |chunk| {
-            // Every index in `order` is a collected row, so these lookups hold.
-            let parts = chunk.iter().map(|r| self.assignment[*r]).collect();
-            let addrs: UInt64Array = chunk.iter().map(|r| vectors.addrs[*r]).collect();
-            let values = chunk
-                .iter()
-                .flat_map(|r| &vectors.values[r * dim..(r + 1) * dim])
-                .copied()
-                .collect();
-            Ok((vectors_batch(dim, parts, values)?, addrs))
+            let mut parts = Vec::with_capacity(chunk.len());
+            let mut addrs = Vec::with_capacity(chunk.len());
+            let mut values = Vec::with_capacity(chunk.len() * dim);
+            for r in chunk {
+                // `order` and `assignment` index the collected rows.
+                let (vector, addr) = vectors
+                    .row(*r)
+                    .ok_or_else(|| Error::invalid_input(format!("row {r} was not collected")))?;
+                parts.push(self.assignment[*r]);
+                addrs.push(addr);
+                values.extend_from_slice(vector);
+            }
+            Ok((vectors_batch(dim, parts, values)?, UInt64Array::from(addrs)))
         })
     }
 }
@@ -275,4 +377,41 @@ impl PartitionPlan {
 /// True if ivf_flat can index a column of `data_type`.
 pub fn supports(data_type: &DataType) -> bool {
     matches!(data_type, DataType::FixedSizeList(item, size) if *size > 0 && item.data_type() == &DataType::Float32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(rows: std::ops::Range<u64>) -> BatchVectors {
+        BatchVectors {
+            dim: 2,
+            values: rows.clone().flat_map(|r| [r as f32, -(r as f32)]).collect(),
+            addrs: rows.map(|r| r + 1_000).collect(),
+        }
+    }
+
+    #[test]
+    fn collected_rows_fill_chunks_allocated_once_up_to_the_limit() {
+        // Chunks of 4 rows, at most 10 rows: 4 + 4 + 2, then 4 again.
+        let mut collected = CollectedVectors::new(2, 4, 10);
+        collected.append(&batch(0..3));
+        collected.append(&batch(3..9));
+        assert_eq!(collected.len(), 9);
+        let sizes: Vec<usize> = collected.chunks().map(|(_, a)| a.len()).collect();
+        assert_eq!(sizes, vec![4, 4, 1]);
+        assert_eq!(collected.allocated_bytes(), 10 * (2 * 4 + 8));
+        collected.append(&batch(9..12));
+        let sizes: Vec<usize> = collected.chunks().map(|(_, a)| a.len()).collect();
+        assert_eq!(sizes, vec![4, 4, 2, 2]);
+        assert_eq!(collected.allocated_bytes(), 14 * (2 * 4 + 8));
+        // Rows come back in order, by position and all together.
+        for r in 0..12u64 {
+            let (vector, addr) = collected.row(r as usize).unwrap();
+            assert_eq!((vector, addr), (&[r as f32, -(r as f32)][..], r + 1_000));
+        }
+        assert!(collected.row(12).is_none());
+        let all: Vec<f32> = collected.vectors().flatten().copied().collect();
+        assert_eq!(all, batch(0..12).values);
+    }
 }

@@ -6,6 +6,7 @@
 //! reservoir draws from a fixed seed and the rows arrive in scan order, so the
 //! same table always gives the same sample.
 
+use super::build::capped_growth;
 use super::kmeans::SplitMix64;
 
 /// Training rows at most, whatever the partition count and sample rate
@@ -67,7 +68,15 @@ impl Reservoir {
     pub fn offer(&mut self, vector: &[f32]) {
         let position = self.seen;
         self.seen += 1;
-        if self.positions.len() < self.cap {
+        let held = self.positions.len();
+        if held < self.cap {
+            if held == self.positions.capacity() {
+                // Doubling, but never past the cap: the sample's memory is its cap at most.
+                let rows = capped_growth(held, held + 1, self.cap);
+                self.positions.reserve_exact(rows - held);
+                self.values
+                    .reserve_exact(rows * self.dim - self.values.len());
+            }
             self.values.extend_from_slice(vector);
             self.positions.push(position);
             return;
@@ -81,6 +90,12 @@ impl Reservoir {
             slot.copy_from_slice(vector);
             self.positions[draw] = position;
         }
+    }
+
+    /// Bytes the sample has allocated (vector values and positions).
+    pub fn allocated_bytes(&self) -> usize {
+        self.values.capacity() * std::mem::size_of::<f32>()
+            + self.positions.capacity() * std::mem::size_of::<u64>()
     }
 
     /// Vectors held.
@@ -140,6 +155,19 @@ mod tests {
         let mut b = Reservoir::new(100, 2);
         offered(&mut b, 10_000);
         assert_eq!(b.into_values(), values);
+    }
+
+    #[test]
+    fn the_sample_allocates_its_cap_at_most() {
+        // 100 rows of 2 values and a position: 1,600 bytes, not the 2,048 of
+        // doubling to 128 rows.
+        let mut r = Reservoir::new(100, 2);
+        offered(&mut r, 10_000);
+        assert_eq!(r.allocated_bytes(), 100 * (2 * 4 + 8));
+        // Below the cap it grows by doubling.
+        let mut r = Reservoir::new(100, 2);
+        offered(&mut r, 5);
+        assert_eq!(r.allocated_bytes(), 8 * (2 * 4 + 8));
     }
 
     #[test]

@@ -12,6 +12,17 @@
 //! and together they fit the memory budget. Rows keep scan order inside a
 //! partition either way, so a spilled build writes the same files as one
 //! held in memory.
+//!
+//! What a build holds is allocated against its budget, never grown by
+//! doubling (a reallocated buffer leaves its old copy to the allocator, and
+//! a copy at twice the size): the rows kept before spilling go into chunks
+//! of one batch allocated once each, up to the budget, and the held
+//! partitions of every output pass share one buffer sized for the largest
+//! run, allocated once per build and filled at offsets the partition sizes
+//! give. Batches spilled, read back and written carry
+//! `BuildLimits::batch_bytes` of rows, so the spill reader's read-ahead
+//! holds a few MiB. Beyond these fixed amounts a build keeps 4 bytes a row
+//! (each spilled row's partition).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -30,7 +41,7 @@ use refract_table::io::{
 
 use super::build::{
     assign, partition_count, sample_rate, train_centroids, BatchVectors, CollectedVectors,
-    PartitionPlan, MAX_DEFAULT_PARTITIONS, WRITE_BATCH_ROWS,
+    PartitionPlan, MAX_DEFAULT_PARTITIONS,
 };
 use super::layout::{
     addresses_path, vector_array, vector_type, vector_values, vectors_batch, vectors_path,
@@ -46,14 +57,18 @@ pub const SPILL_FILE: &str = "build-spill.lance";
 /// Row bytes (vector values and address) a build holds by default: the rows
 /// kept before it spills, and the rows held back per output pass (64 MiB).
 pub const BUILD_MEMORY_BYTES: usize = 64 << 20;
+/// Row bytes per batch a build spills, reads back or writes by default
+/// (1 MiB): the spill reader keeps about ten batches in flight.
+pub const BUILD_BATCH_BYTES: usize = 1 << 20;
 /// What errors call the spill file.
 const WHAT: &str = "ivf_flat build spill file";
 
 /// The bounds of one build (tests shrink them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BuildLimits {
-    /// Rows per batch the build spills, reads back or writes.
-    pub(crate) batch_rows: usize,
+    /// Row bytes per batch the build spills, reads back or writes (at
+    /// least one row a batch).
+    pub(crate) batch_bytes: usize,
     /// Row bytes held in memory: before spilling, and per output pass.
     pub(crate) memory_bytes: usize,
     /// Training rows at most (see [`training_cap`]).
@@ -65,11 +80,23 @@ pub(crate) struct BuildLimits {
 impl Default for BuildLimits {
     fn default() -> Self {
         Self {
-            batch_rows: WRITE_BATCH_ROWS,
+            batch_bytes: BUILD_BATCH_BYTES,
             memory_bytes: BUILD_MEMORY_BYTES,
             max_training_rows: MAX_TRAINING_ROWS,
             max_training_bytes: MAX_TRAINING_BYTES,
         }
+    }
+}
+
+impl BuildLimits {
+    /// Rows per batch of `dim`-value vectors.
+    fn batch_rows(&self, dim: usize) -> usize {
+        (self.batch_bytes / row_bytes(dim)).max(1)
+    }
+
+    /// Rows of `dim`-value vectors the memory budget holds.
+    fn held_rows(&self, dim: usize) -> usize {
+        self.memory_bytes / row_bytes(dim)
     }
 }
 
@@ -89,9 +116,11 @@ pub(crate) struct BuildReport {
     pub(crate) spill_passes: usize,
     /// Largest batch the build spilled, read back or wrote.
     pub(crate) max_batch_rows: usize,
-    /// Most row bytes held at once: rows kept before spilling, or the
-    /// partitions an output pass holds back.
+    /// Most bytes allocated at once for held rows: the rows kept before
+    /// spilling, or the buffer of the partitions output passes hold back.
     pub(crate) max_held_bytes: usize,
+    /// Bytes the training sample allocated.
+    pub(crate) sample_bytes: usize,
 }
 
 /// Bytes of one row held by the build: its vector values and address.
@@ -122,7 +151,7 @@ pub(crate) async fn build(
         rate,
         dim: 0,
         rows: 0,
-        memory: CollectedVectors::default(),
+        memory: None,
         spill: None,
         reservoir: None,
         report: BuildReport::default(),
@@ -133,7 +162,7 @@ pub(crate) async fn build(
     let Intake {
         dim,
         rows,
-        mut memory,
+        memory,
         spill,
         reservoir,
         mut report,
@@ -144,6 +173,11 @@ pub(crate) async fn build(
         params,
         usize::try_from(rows).map_err(|_| Error::invalid_input("too many rows"))?,
     )?;
+    tracing::debug!(
+        rows,
+        spilled = spill.is_some(),
+        "ivf_flat build: input read"
+    );
     let centroids = match reservoir {
         None => Vec::new(),
         Some(sample) => {
@@ -155,22 +189,23 @@ pub(crate) async fn build(
                 limits.max_training_bytes,
             );
             report.sample_rows = sample.len();
+            report.sample_bytes = sample.allocated_bytes();
             report.training_rows = sample.len().min(cap);
             train_centroids(&sample.into_values(), dim, k, cap, params, metric)?
         }
     };
+    tracing::debug!(partitions = k, "ivf_flat build: trained");
     let layout = match spill {
         None => {
-            memory.dim = dim;
+            let memory = memory.unwrap_or_else(|| CollectedVectors::new(dim, 1, 0));
             let plan = PartitionPlan::new(&memory, centroids, metric);
-            report.max_batch_rows = report
-                .max_batch_rows
-                .max(limits.batch_rows.min(memory.len()));
+            let batch_rows = limits.batch_rows(dim);
+            report.max_batch_rows = report.max_batch_rows.max(batch_rows.min(memory.len()));
             write_files(
                 ctx,
                 dir,
                 plan.layout.dim,
-                plan.batches(&memory, limits.batch_rows),
+                plan.batches(&memory, batch_rows),
                 &plan.layout,
             )
             .await?;
@@ -213,8 +248,8 @@ struct Intake<'a> {
     dim: usize,
     /// Non-null vectors seen.
     rows: u64,
-    /// The rows, while they fit the memory budget.
-    memory: CollectedVectors,
+    /// The rows, while they fit the memory budget (created with the first vector).
+    memory: Option<CollectedVectors>,
     /// Where every row goes once they do not.
     spill: Option<LanceFileWriter>,
     /// The training sample (created with the first vector).
@@ -245,7 +280,8 @@ impl Intake<'_> {
             .chunks_exact(dim)
             .for_each(|v| reservoir.offer(v));
         self.rows += vectors.len() as u64;
-        let held = (self.memory.len() + vectors.len()) * row_bytes(dim);
+        let kept = self.memory.as_ref().map_or(0, CollectedVectors::len);
+        let held = (kept + vectors.len()) * row_bytes(dim);
         if self.spill.is_none() && held > self.limits.memory_bytes {
             let mut writer = LanceFileWriter::create_streaming(
                 &self.ctx.store,
@@ -254,9 +290,11 @@ impl Intake<'_> {
                 STREAMING_PAGE_BYTES,
             )
             .await?;
-            let memory = std::mem::take(&mut self.memory);
-            self.write_spill(&mut writer, &memory.values, &memory.addrs)
-                .await?;
+            if let Some(memory) = self.memory.take() {
+                for (values, addrs) in memory.chunks() {
+                    self.write_spill(&mut writer, values, addrs).await?;
+                }
+            }
             self.spill = Some(writer);
         }
         match self.spill.take() {
@@ -265,13 +303,19 @@ impl Intake<'_> {
                     .await?;
                 self.spill = Some(writer);
             }
-            None => {
-                self.memory.append(vectors);
-                let held = self.memory.len() * row_bytes(dim);
-                self.report.max_held_bytes = self.report.max_held_bytes.max(held);
-            }
+            None => self.hold(&vectors),
         }
         Ok(())
+    }
+
+    /// Keeps rows that fit the budget.
+    fn hold(&mut self, vectors: &BatchVectors) {
+        let (dim, limits) = (self.dim, self.limits);
+        let memory = self.memory.get_or_insert_with(|| {
+            CollectedVectors::new(dim, limits.batch_rows(dim), limits.held_rows(dim))
+        });
+        memory.append(vectors);
+        self.report.max_held_bytes = self.report.max_held_bytes.max(memory.allocated_bytes());
     }
 
     /// Spills rows in batches of at most `limits.batch_rows`.
@@ -282,7 +326,7 @@ impl Intake<'_> {
         addrs: &[u64],
     ) -> Result<()> {
         let dim = self.dim;
-        let step = self.limits.batch_rows.max(1);
+        let step = self.limits.batch_rows(dim);
         for (addrs, values) in addrs.chunks(step).zip(values.chunks(step * dim)) {
             self.report.max_batch_rows = self.report.max_batch_rows.max(addrs.len());
             let batch = RecordBatch::try_new(
@@ -307,11 +351,90 @@ fn spill_schema(dim: usize) -> Result<SchemaRef> {
     ])))
 }
 
-/// Rows of one partition waiting to be written.
-#[derive(Debug, Default)]
-struct Held {
+/// The rows output passes hold back: one buffer for the whole build, sized
+/// for the run that holds the most rows. A pass fills it partition by
+/// partition, each at the offset the sizes of the run's earlier partitions
+/// give, so rows are written in place and never moved.
+struct HeldRows {
+    /// `rows × dim` vector values.
     values: Vec<f32>,
+    /// The rows' addresses.
     addrs: Vec<u64>,
+}
+
+impl HeldRows {
+    /// A zeroed buffer of `rows` rows (its pages are touched as rows arrive).
+    fn new(rows: usize, dim: usize) -> Self {
+        Self {
+            values: vec![0.0; rows * dim],
+            addrs: vec![0; rows],
+        }
+    }
+
+    /// Bytes allocated.
+    fn bytes(&self) -> usize {
+        self.values.capacity() * std::mem::size_of::<f32>()
+            + self.addrs.capacity() * std::mem::size_of::<u64>()
+    }
+}
+
+/// Where the held partitions of one run go in [`HeldRows`]: partition
+/// `run.start + 1 + i` fills rows `next[i]..ends[i]`.
+struct Slots {
+    next: Vec<usize>,
+    ends: Vec<usize>,
+}
+
+impl Slots {
+    /// The slots of the partitions after the first of `run`.
+    fn new(lengths: &[u64], run: &Range<usize>) -> Result<Self> {
+        let held = lengths
+            .get(run.start + 1..run.end)
+            .ok_or_else(|| Error::invalid_input("partition run outside the layout"))?;
+        let mut next = Vec::with_capacity(held.len());
+        let mut ends = Vec::with_capacity(held.len());
+        let mut end = 0usize;
+        for len in held {
+            next.push(end);
+            end += usize::try_from(*len).map_err(|_| Error::invalid_input("too many rows"))?;
+            ends.push(end);
+        }
+        Ok(Self { next, ends })
+    }
+
+    /// Rows the run holds.
+    fn rows(&self) -> usize {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// The next free row of held partition `i`; more rows than its size is
+    /// Corrupt (the spill changed between passes).
+    fn take(&mut self, i: usize) -> Result<usize> {
+        let (next, end) = (self.next.get_mut(i), self.ends.get(i));
+        match (next, end) {
+            (Some(next), Some(end)) if *next < *end => {
+                *next += 1;
+                Ok(*next - 1)
+            }
+            _ => Err(Error::corrupt(
+                WHAT,
+                "a partition has more rows than were assigned",
+            )),
+        }
+    }
+
+    /// True when every held partition got exactly its rows.
+    fn full(&self) -> bool {
+        self.next == self.ends
+    }
+
+    /// The rows of held partition `i` (after a full pass); `i` must be one
+    /// of the run's held partitions.
+    fn range(&self, i: usize) -> Range<usize> {
+        // Callers pass i < ends.len(), so i - 1 and i index `ends`.
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        start..self.ends[i]
+    }
 }
 
 /// The second half of a spilled build: assignment and output passes.
@@ -362,6 +485,7 @@ impl Spilled<'_> {
             }
         }
         report.spill_passes += 1;
+        tracing::debug!(rows = self.rows, "ivf_flat build: spill assigned");
         let layout = IvfLayout {
             dim,
             centroids,
@@ -384,44 +508,54 @@ impl Spilled<'_> {
         )
         .await?;
         let budget = u64::try_from(self.limits.memory_bytes).unwrap_or(u64::MAX);
-        for run in output_runs(&layout.lengths, row_bytes(dim) as u64, budget) {
+        let runs = output_runs(&layout.lengths, row_bytes(dim) as u64, budget);
+        let mut most = 0;
+        for run in &runs {
+            most = most.max(Slots::new(&layout.lengths, run)?.rows());
+        }
+        let mut held = HeldRows::new(most, dim);
+        report.max_held_bytes = report.max_held_bytes.max(held.bytes());
+        for run in runs {
             let mut out = Output {
                 vectors: &mut vectors,
                 addresses: &mut addresses,
                 dim,
-                batch_rows: self.limits.batch_rows.max(1),
+                batch_rows: self.limits.batch_rows(dim),
                 report: &mut *report,
             };
-            self.write_run(&reader, &assignment, run, &mut out).await?;
+            let slots = Slots::new(&layout.lengths, &run)?;
+            self.write_run(&reader, &assignment, run, slots, &mut held, &mut out)
+                .await?;
         }
         finish_vectors(vectors, &layout).await?;
         addresses.finish().await?;
         Ok(layout)
     }
 
-    /// Streams the spill in batches of at most `limits.batch_rows`.
+    /// Streams the spill in batches of `limits.batch_bytes`.
     async fn read(
         &self,
         reader: &LanceFileReader,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-        let batch_rows = u32::try_from(self.limits.batch_rows.max(1)).unwrap_or(u32::MAX);
+        let batch_rows = u32::try_from(self.limits.batch_rows(self.dim)).unwrap_or(u32::MAX);
         reader.read_range(0..self.rows, None, batch_rows).await
     }
 
     /// One output pass: writes partitions `run` in order, the first as its
-    /// rows come, the others once the pass has seen every row.
+    /// rows come, the others from `held` once the pass has seen every row.
     async fn write_run(
         &self,
         reader: &LanceFileReader,
         assignment: &[u32],
         run: Range<usize>,
+        mut slots: Slots,
+        held: &mut HeldRows,
         out: &mut Output<'_>,
     ) -> Result<()> {
         let dim = self.dim;
         let first = run.start;
-        let mut head = Held::default();
-        let mut rest: Vec<Held> = (run.start + 1..run.end).map(|_| Held::default()).collect();
-        let mut rest_bytes = 0usize;
+        let batch_rows = out.batch_rows;
+        let mut head = Head::new(batch_rows, dim);
         let mut offset = 0usize;
         let mut batches = self.read(reader).await?;
         while let Some(batch) = batches.try_next().await? {
@@ -432,37 +566,65 @@ impl Spilled<'_> {
             offset += addrs.len();
             for ((addr, v), p) in addrs.iter().zip(values.chunks_exact(dim)).zip(parts) {
                 let p = *p as usize;
-                let held = if p == first {
-                    &mut head
+                if p == first {
+                    head.values.extend_from_slice(v);
+                    head.addrs.push(*addr);
+                    if head.addrs.len() == batch_rows {
+                        let (values, addrs) = head.take(batch_rows, dim);
+                        out.write(first, values, addrs).await?;
+                    }
                 } else if run.contains(&p) {
-                    rest_bytes += row_bytes(dim);
-                    // run.start < p < run.end, and `rest` has one slot per such p.
-                    &mut rest[p - first - 1]
-                } else {
-                    continue;
-                };
-                held.values.extend_from_slice(v);
-                held.addrs.push(*addr);
-            }
-            out.report.max_held_bytes = out.report.max_held_bytes.max(rest_bytes);
-            while head.addrs.len() >= out.batch_rows {
-                let rows = out.batch_rows;
-                let addrs: Vec<u64> = head.addrs.drain(..rows).collect();
-                let values: Vec<f32> = head.values.drain(..rows * dim).collect();
-                out.write(first, values, addrs).await?;
+                    // run.start < p < run.end: a held partition. Its slot
+                    // is below `slots.rows()`, which is at most the rows
+                    // `held` was made for, so the row indexes `held`.
+                    let row = slots.take(p - first - 1)?;
+                    held.values[row * dim..(row + 1) * dim].copy_from_slice(v);
+                    held.addrs[row] = *addr;
+                }
             }
         }
-        if offset != assignment.len() {
+        if offset != assignment.len() || !slots.full() {
             return Err(Error::corrupt(
                 WHAT,
                 format!("{offset} rows read, {} assigned", assignment.len()),
             ));
         }
         out.report.spill_passes += 1;
-        for (p, held) in std::iter::once(head).chain(rest).enumerate() {
-            out.write_all(first + p, held).await?;
+        let (values, addrs) = head.take(0, dim);
+        out.write(first, values, addrs).await?;
+        for (i, p) in (first + 1..run.end).enumerate() {
+            let rows = slots.range(i);
+            out.write_all(
+                p,
+                &held.values[rows.start * dim..rows.end * dim],
+                &held.addrs[rows],
+            )
+            .await?;
         }
+        tracing::debug!(partitions = ?run, "ivf_flat build: output pass written");
         Ok(())
+    }
+}
+
+/// The rows of a run's first partition, written a batch at a time as they come.
+struct Head {
+    values: Vec<f32>,
+    addrs: Vec<u64>,
+}
+
+impl Head {
+    fn new(batch_rows: usize, dim: usize) -> Self {
+        Self {
+            values: Vec::with_capacity(batch_rows * dim),
+            addrs: Vec::with_capacity(batch_rows),
+        }
+    }
+
+    /// The rows gathered so far, leaving room for `batch_rows` more.
+    fn take(&mut self, batch_rows: usize, dim: usize) -> (Vec<f32>, Vec<u64>) {
+        let next = Self::new(batch_rows, dim);
+        let taken = std::mem::replace(self, next);
+        (taken.values, taken.addrs)
     }
 }
 
@@ -491,14 +653,10 @@ impl Output<'_> {
             .await
     }
 
-    /// Writes every held row of partition `p`, `batch_rows` at a time.
-    async fn write_all(&mut self, p: usize, held: Held) -> Result<()> {
+    /// Writes rows of partition `p`, `batch_rows` at a time.
+    async fn write_all(&mut self, p: usize, values: &[f32], addrs: &[u64]) -> Result<()> {
         let step = self.batch_rows;
-        for (addrs, values) in held
-            .addrs
-            .chunks(step)
-            .zip(held.values.chunks(step * self.dim))
-        {
+        for (addrs, values) in addrs.chunks(step).zip(values.chunks(step * self.dim)) {
             self.write(p, values.to_vec(), addrs.to_vec()).await?;
         }
         Ok(())
@@ -523,7 +681,7 @@ fn spill_rows<'b>(
 /// Splits the partitions into runs written by one output pass each: a run
 /// starts at any partition and takes the next ones while their rows fit
 /// `budget` bytes (the first partition's rows stream, so they do not count).
-fn output_runs(lengths: &[u64], row_bytes: u64, budget: u64) -> Vec<Range<usize>> {
+pub(super) fn output_runs(lengths: &[u64], row_bytes: u64, budget: u64) -> Vec<Range<usize>> {
     let mut runs = Vec::new();
     let mut start = 0;
     while start < lengths.len() {

@@ -17,7 +17,7 @@ use super::build::assign;
 use super::distance::distance;
 use super::kmeans::SplitMix64;
 use super::layout::{partition_column, vector_values};
-use super::stream::{build, BuildLimits, BuildReport, SPILL_FILE};
+use super::stream::{build, output_runs, BuildLimits, BuildReport, SPILL_FILE};
 use super::{open_file, IvfFlatDetails, IvfFlatSegment};
 use crate::types::addresses::read_addresses;
 use crate::types::test_support::{context, seg};
@@ -75,10 +75,14 @@ fn params(partitions: Option<u32>, sample_rate: Option<u32>) -> IndexParams {
     }
 }
 
-/// Limits that make a few thousand rows spill and take several output passes.
+/// Bytes of one row a build holds: 8 values and an address.
+const ROW_BYTES: usize = DIM * 4 + 8;
+
+/// Limits that make a few thousand rows spill and take several output
+/// passes, in batches of 100 rows.
 fn tiny() -> BuildLimits {
     BuildLimits {
-        batch_rows: 100,
+        batch_bytes: 100 * ROW_BYTES,
         memory_bytes: 8 << 10,
         ..BuildLimits::default()
     }
@@ -137,6 +141,8 @@ async fn the_trainer_never_sees_more_than_the_cap() {
         (report.rows, report.sample_rows, report.training_rows),
         (3_000, 32, 32)
     );
+    // The sample allocates its 32 rows, no more.
+    assert_eq!(report.sample_bytes, 32 * ROW_BYTES);
     // The absolute row cap beats partitions × rate (4 × 1,000).
     let limits = BuildLimits {
         max_training_rows: 100,
@@ -190,41 +196,81 @@ async fn the_trainer_never_sees_more_than_the_cap() {
 }
 
 #[tokio::test]
+async fn rows_kept_before_spilling_grow_to_the_budget_at_most() {
+    let (ctx, _tmp) = context().await;
+    // 8 KiB holds 204 rows of 40 bytes; 200 rows in batches of 7 stay in
+    // memory, in two chunks of 100 rows allocated once each (a doubling
+    // buffer would have reached 224 rows, 8,960 bytes, and copied them).
+    let batches = (0..200u64)
+        .step_by(7)
+        .map(|start| input_batch(start..(start + 7).min(200)))
+        .collect();
+    let (_, report) = built(&ctx, "m", batches, &params(Some(4), None), tiny()).await;
+    assert!(!report.spilled, "{report:?}");
+    assert_eq!(report.max_held_bytes, 200 * ROW_BYTES);
+    assert_eq!(report.max_batch_rows, 100);
+}
+
+#[tokio::test]
 async fn spilled_batches_and_held_rows_stay_bounded() {
     let (ctx, _tmp) = context().await;
-    // One input batch of 3,000 rows, far above the 100-row batch bound.
-    let params = params(Some(6), None);
-    let (spilled, report) = built(&ctx, "s", vec![input_batch(0..3_000)], &params, tiny()).await;
-    assert!(report.spilled);
-    assert_eq!(report.max_batch_rows, 100);
-    assert!(report.max_held_bytes <= tiny().memory_bytes, "{report:?}");
-    // 3,000 rows of 40 bytes in 8 KiB runs: one assignment pass and several output passes.
-    assert!(report.spill_passes >= 4, "{report:?}");
-    // The spill is gone; the segment is the one an in-memory build writes.
-    let names: Vec<String> = ctx
-        .store
-        .list(&seg("s"))
-        .await
-        .unwrap()
-        .iter()
-        .map(|o| o.path.to_string())
-        .collect();
-    assert!(!names.iter().any(|n| n.ends_with(SPILL_FILE)), "{names:?}");
-    assert_eq!(names.len(), 2, "{names:?}");
-    let (held, report) = built(
-        &ctx,
-        "m",
-        vec![input_batch(0..3_000)],
-        &params,
-        BuildLimits::default(),
-    )
-    .await;
-    assert!(!report.spilled);
-    assert_eq!(spilled, held);
-    assert_eq!(
-        stored_rows(&ctx, &seg("s"), &spilled).await,
-        stored_rows(&ctx, &seg("m"), &held).await
-    );
+    // 3,000 rows of 40 bytes against an 8 KiB budget (204 rows): with 6
+    // partitions most runs are one partition, streamed as it comes; with 60
+    // most runs hold rows of the partitions after their first.
+    for partitions in [6u32, 60] {
+        let params = params(Some(partitions), None);
+        let (s, m) = (format!("s{partitions}"), format!("m{partitions}"));
+        // One input batch of 3,000 rows, far above the 100-row batch bound.
+        let (spilled, report) = built(&ctx, &s, vec![input_batch(0..3_000)], &params, tiny()).await;
+        assert!(report.spilled);
+        assert_eq!(report.max_batch_rows, 100);
+        // Every output pass fills one buffer of exactly the largest run's
+        // held rows, within the budget (one input batch spills before any
+        // row is kept).
+        let segment = IvfFlatSegment::open(&ctx, &seg(&s), &spilled)
+            .await
+            .unwrap();
+        let lengths = &segment.layout().lengths;
+        let runs = output_runs(lengths, ROW_BYTES as u64, (8 << 10) as u64);
+        let most_held = runs
+            .iter()
+            .map(|run| lengths[run.start + 1..run.end].iter().sum::<u64>())
+            .max()
+            .unwrap() as usize;
+        assert_eq!(report.max_held_bytes, most_held * ROW_BYTES, "{report:?}");
+        assert!(report.max_held_bytes <= tiny().memory_bytes, "{report:?}");
+        if partitions == 60 {
+            assert!(most_held > 100, "{lengths:?}");
+        }
+        // One assignment pass and one output pass per run.
+        assert_eq!(report.spill_passes, 1 + runs.len(), "{report:?}");
+        assert!(runs.len() >= 3, "{runs:?}");
+        // The spill is gone; the segment is the one an in-memory build writes.
+        let names: Vec<String> = ctx
+            .store
+            .list(&seg(&s))
+            .await
+            .unwrap()
+            .iter()
+            .map(|o| o.path.to_string())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with(SPILL_FILE)), "{names:?}");
+        assert_eq!(names.len(), 2, "{names:?}");
+        let (held, report) = built(
+            &ctx,
+            &m,
+            vec![input_batch(0..3_000)],
+            &params,
+            BuildLimits::default(),
+        )
+        .await;
+        assert!(!report.spilled);
+        assert_eq!(spilled, held);
+        assert_eq!(
+            stored_rows(&ctx, &seg(&s), &spilled).await,
+            stored_rows(&ctx, &seg(&m), &held).await
+        );
+    }
 }
 
 fn table_schema() -> SchemaRef {
