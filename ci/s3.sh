@@ -16,7 +16,8 @@ fi
 
 S3_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 mkdir -p target
-"$S3_VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" > target/moto.log 2>&1 &
+# ci/moto_server.py: moto with atomic conditional writes (see there).
+"$S3_VENV/bin/python" "$(dirname "${BASH_SOURCE[0]}")/moto_server.py" -H 127.0.0.1 -p "$S3_PORT" > target/moto.log 2>&1 &
 S3_PID=$!
 trap 'kill "$S3_PID" 2>/dev/null || true' EXIT
 
