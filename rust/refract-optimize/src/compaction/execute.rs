@@ -193,12 +193,9 @@ impl CompactionTask {
             .fragment_ids
             .first()
             .ok_or_else(|| Error::invalid_input("compaction task has no fragments"))?;
-        let start = fragments
-            .iter()
-            .position(|f| f.id == *first)
-            .ok_or_else(|| {
-                Error::not_found(format!("fragment {first} at version {}", self.read_version))
-            })?;
+        let start = dataset.fragment_position(*first).ok_or_else(|| {
+            Error::not_found(format!("fragment {first} at version {}", self.read_version))
+        })?;
         let run = fragments
             .get(start..start + self.plan.fragment_ids.len())
             .ok_or_else(|| Error::invalid_input("compaction task runs past the fragment list"))?;

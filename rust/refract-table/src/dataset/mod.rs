@@ -8,7 +8,8 @@ mod take;
 mod versions;
 mod write;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use arrow_schema::SchemaRef;
 use refract_core::{CacheKey, CacheNamespace, DeepSize, DeletionVector, Error, KeyParts, Result};
@@ -51,6 +52,11 @@ pub struct Dataset {
     store: DatasetStore,
     session: Arc<Session>,
     manifest: Arc<Manifest>,
+    /// Positions of the manifest's fragments by id, built on the first lookup
+    /// and shared by clones: a worker executing many tasks on one handle
+    /// looks each task's fragments up in constant time, not by scanning a
+    /// list of (say) 200,000 fragments per task.
+    fragment_positions: Arc<OnceLock<HashMap<u64, usize>>>,
     features: ClientFeatures,
 }
 
@@ -136,6 +142,7 @@ impl Dataset {
             store,
             session,
             manifest: Arc::new(manifest),
+            fragment_positions: Arc::default(),
             features: options.features,
         };
         Ok(dataset.publish_cached(dataset.manifest.clone()).await)
@@ -169,6 +176,7 @@ impl Dataset {
             store,
             session: options.session.unwrap_or_default(),
             manifest: Arc::new(placeholder_manifest()),
+            fragment_positions: Arc::default(),
             features: options.features,
         })
     }
@@ -211,6 +219,23 @@ impl Dataset {
     /// Fragments in scan order.
     pub fn fragments(&self) -> &[Fragment] {
         &self.manifest.fragments
+    }
+
+    /// The position of fragment `id` in [`Self::fragments`]. The first call
+    /// on a version indexes its fragments once (shared by clones); later
+    /// calls take constant time.
+    pub fn fragment_position(&self, id: u64) -> Option<usize> {
+        self.fragment_positions
+            .get_or_init(|| {
+                self.manifest
+                    .fragments
+                    .iter()
+                    .enumerate()
+                    .map(|(at, fragment)| (fragment.id, at))
+                    .collect()
+            })
+            .get(&id)
+            .copied()
     }
 
     /// The highest committed version (listed, not cached).
@@ -326,6 +351,7 @@ impl Dataset {
             store: self.store.clone(),
             session: self.session.clone(),
             manifest,
+            fragment_positions: Arc::default(),
             features: self.features,
         }
     }

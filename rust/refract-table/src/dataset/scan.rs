@@ -4,7 +4,6 @@
 //! straight from the Lance readers; masks and address columns are built per
 //! batch with no per-row allocation.
 
-use std::collections::HashSet;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
@@ -250,19 +249,25 @@ impl Scanner {
         let Some(ids) = &self.fragment_ids else {
             return Ok(all.iter().filter(|f| selected(f)).cloned().collect());
         };
-        if let Some(missing) = ids
+        // Looked up by position, not by a pass over every fragment: tasks of
+        // a few fragments cost the same on a table of any size.
+        let mut positions = ids
             .iter()
-            .find(|id| self.dataset.manifest.fragment(**id).is_none())
-        {
-            return Err(Error::not_found(format!(
-                "fragment {missing} in version {}",
-                self.dataset.version()
-            )));
-        }
-        let wanted: HashSet<u64> = ids.iter().copied().collect();
-        Ok(all
-            .iter()
-            .filter(|fragment| wanted.contains(&fragment.id) && selected(fragment))
+            .map(|id| {
+                self.dataset.fragment_position(*id).ok_or_else(|| {
+                    Error::not_found(format!(
+                        "fragment {id} in version {}",
+                        self.dataset.version()
+                    ))
+                })
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        positions.sort_unstable();
+        positions.dedup();
+        Ok(positions
+            .into_iter()
+            .filter_map(|at| all.get(at))
+            .filter(|fragment| selected(fragment))
             .cloned()
             .collect())
     }

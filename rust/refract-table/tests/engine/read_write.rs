@@ -266,6 +266,26 @@ async fn rewrite_of_a_middle_run_keeps_scan_order() {
     assert_eq!(fragment_ids(&rewritten), vec![1, 6, 7, 5]);
     assert_eq!(rewritten.manifest().max_fragment_id, 7);
     assert_eq!(scan_ids(&rewritten).await, (0..50).collect::<Vec<_>>());
+    // Positions follow the list, not the ids; a clone shares the lookup.
+    let positions: Vec<_> = [1, 5, 6, 7, 2]
+        .iter()
+        .map(|id| rewritten.clone().fragment_position(*id))
+        .collect();
+    assert_eq!(positions, vec![Some(0), Some(3), Some(1), Some(2), None]);
+    // Selected fragments scan in list order, each once, whatever the order
+    // and repeats of the ids asked for.
+    let selected = rewritten
+        .scan()
+        .fragments(&[5, 6, 5])
+        .project(&["id"])
+        .try_into_batch()
+        .await
+        .unwrap();
+    let mut expected: Vec<i64> = (10..25).collect();
+    expected.extend(40..50);
+    assert_eq!(ids_of(&[selected]), expected);
+    let gone = rewritten.scan().fragments(&[6, 3]).try_into_batch().await;
+    assert!(matches!(gone, Err(Error::NotFound { .. })), "{gone:?}");
 
     let not_contiguous = rewritten
         .commit(Operation::Rewrite {
