@@ -8,6 +8,15 @@
 //! reference is the fewest below-target fragments (`live_rows < target`) of any
 //! layout reachable from the start by moves.
 //!
+//! A move fits the budget by the bytes known when planning: a start fragment
+//! weighs its recorded bytes, a fragment merged by a move weighs the sum of
+//! what its sources weighed, and a fragment rewritten alone (materializing
+//! its deletions) weighs its estimated live bytes. So a move fits when the
+//! recorded bytes of the start fragments it covers fit (less the deleted
+//! bytes of those rewritten alone first). A real merged file is no heavier
+//! (it drops the deleted rows and its sources' per-file overhead), but how
+//! much lighter is known only once it is written.
+//!
 //! Fragments that are not below-target candidates never change under moves and no
 //! move crosses them, so the layout splits into independent segments between them;
 //! each segment is searched on its own, memoized on its sizes.
@@ -111,7 +120,7 @@ impl Search {
                 let alone_and_clean =
                     end == start && !self.rules.has_deletions_to_materialize(fragment);
                 if !alone_and_clean {
-                    best = best.min(self.after_move(&segment, start..end + 1, used.rows));
+                    best = best.min(self.after_move(&segment, start..end + 1, used));
                 }
             }
         }
@@ -119,23 +128,31 @@ impl Search {
         best
     }
 
-    /// The best count after rewriting `run` (of `rows` live rows) into balanced
-    /// outputs: outputs at or above target end the segment there.
+    /// The best count after rewriting `run` (reading `sources`) into balanced
+    /// outputs: outputs at or above target end the segment there. A merged
+    /// output is charged the bytes of its sources (see the module docs).
     fn after_move(
         &self,
         segment: &[FragmentStats],
         run: std::ops::Range<usize>,
-        rows: u64,
+        sources: SourceUse,
     ) -> usize {
+        let merged = run.len() >= 2;
+        let at = run.start;
         let plan = TaskPlan {
             fragment_ids: segment[run].iter().map(|f| f.id).collect(),
-            output_rows: Balance::for_task(rows, 0, self.target, None)
+            output_rows: Balance::for_task(sources.rows, 0, self.target, None)
                 .sizes()
                 .collect(),
             partial: false,
         };
+        let outputs = plan.output_rows.len();
         // A contiguous run of the segment with conserved rows: the simulator accepts it.
-        let next = simulate_run(segment, &[plan]).expect("a move is a valid plan");
+        let mut next = simulate_run(segment, &[plan]).expect("a move is a valid plan");
+        if merged && outputs == 1 {
+            // Only a single output can be below target and move again.
+            next[at].bytes = sources.bytes;
+        }
         let mut best = 0;
         let mut rest = next.as_slice();
         while let Some(split) = rest.iter().position(|f| !self.is_movable(f)) {

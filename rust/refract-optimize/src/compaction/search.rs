@@ -1,16 +1,18 @@
 //! The partition search: per-bin planning that reaches the quality reference.
 //!
-//! Under a row or fragment budget, moves (`moves`, docs/compaction.md
-//! invariant 5) turn a bin into a partition of contiguous *groups*: a group of
-//! two or more fragments is merged by chained moves into one fragment (when it
-//! has fewer than `target` rows) or into its balanced outputs (then it leaves
-//! the candidate set). Unlike the reference, a group may also hold fragments at
-//! or above target that have deletions to materialize (each a piece of its
-//! own). A group is *feasible* when a fresh budget admits its live rows, its
-//! bytes (a fragment that materializes alone weighs its live bytes) and the
-//! fewest pieces of fewer than `target` rows it splits into (at least two):
-//! those pieces can be merged first, as many fragments at a time as fit, and
-//! then read together by one move.
+//! Under a source budget, moves (`moves`, docs/compaction.md invariant 5) turn
+//! a bin into a partition of contiguous *groups*: a group of two or more
+//! fragments is merged by chained moves into one fragment (when it has fewer
+//! than `target` rows) or into its balanced outputs (then it leaves the
+//! candidate set). Unlike the reference, a group may also hold fragments at or
+//! above target that have deletions to materialize (each a piece of its own).
+//! A group is *feasible* when a fresh budget admits its live rows, its bytes
+//! and the fewest pieces of fewer than `target` rows it splits into (at least
+//! two): those pieces can be merged first, as many fragments at a time as fit,
+//! and then read together by one move. Its bytes are the recorded bytes of its
+//! sources, the measure of the budget check (a fragment that materializes
+//! alone first weighs its live bytes): a merged piece is charged what its
+//! sources weighed, which a real file never exceeds.
 //!
 //! [`best_partition`] is a dynamic program over feasible groups that minimizes
 //! the below-target fragments left, then the rows rewritten (ties: the shorter
@@ -43,6 +45,9 @@ pub(super) struct Partition {
     /// The groups to rewrite (two or more fragments, or one with deletions to
     /// materialize), in bin order.
     pub groups: Vec<Range<usize>>,
+    /// Whether a group's merges below target run before the move that writes
+    /// it, even when the group fits whole (under a byte budget that binds).
+    pub pieces_first: bool,
 }
 
 /// How the planner plans a bin.
@@ -58,28 +63,23 @@ pub(super) enum BinPlan {
     Partition(Partition),
 }
 
-/// How to plan `bin`: the search applies under a row or fragment budget,
-/// without a byte cap, to bins of up to [`SEARCH_MAX_BIN`] fragments, and only
-/// when a byte budget (if any) admits the whole bin. Binding byte budgets are
-/// left to the greedy cuts: real files do not weigh in proportion to their rows
-/// (a merged file drops the per-file overhead of its sources), so a search on
-/// modelled bytes can mislead.
+/// How to plan `bin`: the search applies under a source budget, without a
+/// byte cap, to bins of up to [`SEARCH_MAX_BIN`] fragments. Under a byte
+/// budget that does not admit the whole bin, the partition's groups merge
+/// their pieces first (see [`Partition::pieces_first`]).
 pub(super) fn bin_plan(
     bin: &[FragmentStats],
     options: &CompactionOptions,
     rules: &CandidateRules,
 ) -> BinPlan {
-    let budgeted = options.max_source_fragments.is_some() || options.max_source_rows.is_some();
-    let bin_bytes = bin.iter().fold(0u64, |sum, f| sum.saturating_add(f.bytes));
-    let bytes_bind = options
-        .max_source_bytes
-        .is_some_and(|limit| limit < bin_bytes);
-    if !budgeted || bytes_bind || options.max_bytes_per_file.is_some() || bin.len() > SEARCH_MAX_BIN
-    {
+    if !searches(options) || bin.len() > SEARCH_MAX_BIN {
         return BinPlan::Greedy;
     }
     let target = options.target_rows_per_fragment;
-    let partition = best_partition(bin, rules, &SourceBudget::new(options), target);
+    let mut partition = best_partition(bin, rules, &SourceBudget::new(options), target);
+    partition.pieces_first = options
+        .max_source_bytes
+        .is_some_and(|limit| limit < SourceUse::of_all(bin).bytes);
     // Compared with the greedy cuts whenever it rewrites anything: they can
     // also lose (a cut across fragments that only needed materializing).
     if !partition.groups.is_empty() && partition.below < greedy_below(bin, options) {
@@ -89,10 +89,12 @@ pub(super) fn bin_plan(
     }
 }
 
-/// Whether `options` let the search plan some bins: a row or fragment budget,
-/// no byte cap.
+/// Whether `options` let the search plan some bins: a source budget, no byte
+/// cap.
 pub(super) fn searches(options: &CompactionOptions) -> bool {
-    (options.max_source_fragments.is_some() || options.max_source_rows.is_some())
+    (options.max_source_fragments.is_some()
+        || options.max_source_rows.is_some()
+        || options.max_source_bytes.is_some())
         && options.max_bytes_per_file.is_none()
 }
 
@@ -196,6 +198,7 @@ pub(super) fn best_partition(
     Partition {
         below: best[bin.len()].0 .0,
         groups,
+        pieces_first: false,
     }
 }
 
@@ -233,7 +236,14 @@ pub(super) fn plan_partition(
         max_bytes_per_file: None,
     };
     for group in &partition.groups {
-        for step in steps(&bin[group.clone()], rules, budget, target) {
+        let group_fragments = &bin[group.clone()];
+        for step in steps(
+            group_fragments,
+            rules,
+            budget,
+            target,
+            partition.pieces_first,
+        ) {
             let run = &bin[group.start + step.start..group.start + step.end];
             let sources = SourceUse::of_all(run);
             if !budget.admits(sources) {
@@ -251,18 +261,29 @@ pub(super) fn plan_partition(
 }
 
 /// The runs (group-relative) that write `group` this run: the whole group if a
-/// fresh budget admits it; else its fragments with deletions to materialize
-/// that get lighter alone; else merges inside its pieces below target (greedy
-/// from the left, the fewest pieces), as many fragments at a time as fit.
+/// fresh budget admits it (and, with `pieces_first`, it has no work to do
+/// first); else its fragments with deletions to materialize that get lighter
+/// alone; else merges inside its pieces below target (greedy from the left,
+/// the fewest pieces), as many fragments at a time as fit.
+///
+/// `pieces_first` is for byte budgets that bind: the search weighs a merged
+/// fragment as the sum of its sources, an upper bound of what a real file
+/// weighs (a merged Lance file sheds the per-file overhead of its sources).
+/// Writing the pieces first keeps the group feasible and lets the next run's
+/// search see the real, lighter files (in the model nothing changes but the
+/// fragment count, so the partition stays as good).
 fn steps(
     group: &[FragmentStats],
     rules: &CandidateRules,
     budget: &SourceBudget,
     target: u64,
+    pieces_first: bool,
 ) -> Vec<Range<usize>> {
     let fresh = budget.fresh();
-    if fresh.admits(SourceUse::of_all(group)) {
-        return std::iter::once(0..group.len()).collect();
+    let whole = || std::iter::once(0..group.len()).collect();
+    let fits_whole = fresh.admits(SourceUse::of_all(group));
+    if fits_whole && !pieces_first {
+        return whole();
     }
     let lighter: Vec<_> = (0..group.len())
         .filter(|&i| weight(&group[i], rules, &fresh).bytes < group[i].bytes)
@@ -271,6 +292,17 @@ fn steps(
     if !lighter.is_empty() {
         return lighter;
     }
+    let merges = piece_merges(group, &fresh, target);
+    // A group of one piece is written by its own merge.
+    if fits_whole && (merges.is_empty() || merges.iter().eq(std::iter::once(&(0..group.len())))) {
+        return whole();
+    }
+    merges
+}
+
+/// Merges inside the fewest pieces below target of `group` (greedy from the
+/// left), each the longest prefix of its piece that a fresh budget admits.
+fn piece_merges(group: &[FragmentStats], fresh: &SourceBudget, target: u64) -> Vec<Range<usize>> {
     let mut steps = Vec::new();
     let mut start = 0;
     while start < group.len() {
