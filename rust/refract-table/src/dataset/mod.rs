@@ -226,14 +226,7 @@ impl Dataset {
     /// calls take constant time.
     pub fn fragment_position(&self, id: u64) -> Option<usize> {
         self.fragment_positions
-            .get_or_init(|| {
-                self.manifest
-                    .fragments
-                    .iter()
-                    .enumerate()
-                    .map(|(at, fragment)| (fragment.id, at))
-                    .collect()
-            })
+            .get_or_init(|| self.manifest.fragment_positions())
             .get(&id)
             .copied()
     }

@@ -132,13 +132,17 @@ impl Manifest {
     pub fn fragment_index(&self) -> FragmentIndex<'_> {
         FragmentIndex {
             fragments: &self.fragments,
-            positions: self
-                .fragments
-                .iter()
-                .enumerate()
-                .map(|(at, fragment)| (fragment.id, at))
-                .collect(),
+            positions: self.fragment_positions(),
         }
+    }
+
+    /// Each fragment's position in the list, by id (one pass).
+    pub fn fragment_positions(&self) -> HashMap<u64, usize> {
+        self.fragments
+            .iter()
+            .enumerate()
+            .map(|(at, fragment)| (fragment.id, at))
+            .collect()
     }
 
     /// Rows a full scan returns.
