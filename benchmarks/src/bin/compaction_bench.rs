@@ -9,7 +9,7 @@
 //! addresses and capture) and the write side alone (the rows, already in memory,
 //! written to one Lance file).
 //!
-//! `cargo run --release -p refract-benchmarks --bin compaction_bench -- [--rows N] [--fragment-rows M] [--plan-fragments F] [--dir PATH] [--plan-only] [--breakdown]`
+//! `cargo run --release -p refract-benchmarks --bin compaction_bench -- [--rows N] [--fragment-rows M] [--plan-fragments F] [--plan-bin-fragments B] [--dir PATH] [--plan-only] [--breakdown]`
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,6 +47,10 @@ struct Args {
     /// Fragments in the planning scenario.
     #[arg(long, default_value_t = 300_000)]
     plan_fragments: u64,
+    /// Small fragments per bin in the budgeted planning scenario (also run at
+    /// 64); the default is the largest bin the partition search plans.
+    #[arg(long, default_value_t = 4_096)]
+    plan_bin_fragments: u64,
     /// Where to put the dataset (default: a temporary directory). Must not hold a
     /// dataset yet.
     #[arg(long)]
@@ -85,6 +89,9 @@ fn main() -> BenchResult<()> {
         return runtime.block_on(run_phase(phase, &args, &dir));
     }
     bench_planning(args.plan_fragments)?;
+    for bin in [64, args.plan_bin_fragments] {
+        bench_budgeted_planning(args.plan_fragments, bin)?;
+    }
     if args.plan_only {
         return Ok(());
     }
@@ -192,6 +199,85 @@ fn bench_planning(fragments: u64) -> BenchResult<()> {
         "peak_rss_bytes": peak_rss_bytes(),
         "rss_growth_bytes": peak_rss_bytes().saturating_sub(before),
     }));
+    Ok(())
+}
+
+/// Planning under source budgets, where bins of small fragments are planned by
+/// the partition search: 300,000 fragments in bins of `bin` small fragments
+/// (rows 1 to 499 of a 1,000-row target, 100 bytes per row), each bin ended by a
+/// 2,000-row fragment. Cases: a budget of two fragments (chained merges, the
+/// search's slowest greedy simulation), one target's rows or bytes, a budget that
+/// admits everything (every bin searched and planned whole), and a layout at its
+/// fixed point under a 1,000-row budget (600-row fragments: every bin searched,
+/// nothing planned).
+fn bench_budgeted_planning(fragments: u64, bin: u64) -> BenchResult<()> {
+    let layout = |small_rows: &dyn Fn(u64) -> u64| -> Vec<FragmentStats> {
+        (0..fragments)
+            .map(|id| {
+                let rows = if id % (bin + 1) == bin {
+                    2_000
+                } else {
+                    small_rows(id)
+                };
+                FragmentStats {
+                    id,
+                    physical_rows: rows,
+                    live_rows: rows,
+                    bytes: rows * 100,
+                    coverage_key: 0,
+                }
+            })
+            .collect()
+    };
+    let mixed = layout(&|id| 1 + (id * 7919) % 499);
+    let fixed = layout(&|_| 600);
+    let budget = |f: fn(&mut CompactionOptions)| {
+        let mut options = CompactionOptions {
+            target_rows_per_fragment: 1_000,
+            ..CompactionOptions::default()
+        };
+        f(&mut options);
+        options
+    };
+    let cases: [(&str, &[FragmentStats], CompactionOptions); 5] = [
+        (
+            "fragments_2",
+            &mixed,
+            budget(|o| o.max_source_fragments = Some(2)),
+        ),
+        (
+            "rows_1000",
+            &mixed,
+            budget(|o| o.max_source_rows = Some(1_000)),
+        ),
+        (
+            "bytes_100000",
+            &mixed,
+            budget(|o| o.max_source_bytes = Some(100_000)),
+        ),
+        (
+            "admits_all",
+            &mixed,
+            budget(|o| o.max_source_fragments = Some(u64::MAX)),
+        ),
+        (
+            "fixed_point",
+            &fixed,
+            budget(|o| o.max_source_rows = Some(1_000)),
+        ),
+    ];
+    for (case, stats, options) in cases {
+        let started = Instant::now();
+        let tasks = plan_tasks(stats, &options)?;
+        emit(json!({
+            "benchmark": "compaction_planning_budgeted",
+            "case": case,
+            "fragments": fragments,
+            "bin_fragments": bin,
+            "tasks": tasks.len(),
+            "plan_ms": started.elapsed().as_secs_f64() * 1e3,
+        }));
+    }
     Ok(())
 }
 

@@ -37,8 +37,9 @@ pub struct TaskPlan {
 /// a bin is skipped, a balanced move across their boundaries is tried, so no two
 /// adjacent fragments of a bin that fit the budget are left unmerged.
 ///
-/// Under a source budget (and without a byte cap), a bin of up to 64 fragments
-/// whose best partition into moves leaves fewer below-target fragments than
+/// Under a source budget (and without a byte cap), a bin of up to 4,096
+/// fragments whose best partition into moves (groups of at most 64 fragments)
+/// leaves fewer below-target fragments than
 /// these greedy cuts would at their fixed point is planned by that partition
 /// instead (the `search` module, docs/compaction.md "Budgets and cuts").
 pub fn plan_tasks(

@@ -388,6 +388,67 @@ fn arb_small_layout() -> impl Strategy<Value = Vec<FragmentStats>> {
     })
 }
 
+/// Bins longer than the exhaustive reference could search whole: 65 to 100
+/// fragments, most of them at or above target with deletions to materialize
+/// (candidates that split the reference's segments), a few below target among
+/// them, 1 to 8 bytes per row. The search plans these bins (up to
+/// `SEARCH_MAX_BIN` fragments) and their reference is cheap.
+fn arb_long_bin() -> impl Strategy<Value = (u64, Vec<FragmentStats>)> {
+    (50u64..300).prop_flat_map(|target| {
+        let fragment = (0u64..100, 1u64..9, 1u64..1000).prop_map(move |(kind, per_row, size)| {
+            let (physical, live) = if kind < 80 {
+                // At or above target after a deleted quarter: dirty, not small.
+                let physical = 2 * target + size % target;
+                (physical, physical - physical / 4)
+            } else {
+                let rows = 1 + size % (target - 1);
+                (rows, if kind < 90 { rows } else { rows - rows / 4 })
+            };
+            (physical, live, per_row)
+        });
+        let layout = prop::collection::vec(fragment, 65..=100).prop_map(|specs| {
+            specs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (physical, live, per_row))| FragmentStats {
+                    id: i as u64,
+                    physical_rows: physical,
+                    live_rows: live,
+                    bytes: physical * per_row,
+                    coverage_key: 0,
+                })
+                .collect()
+        });
+        (Just(target), layout)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("REFRACT_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+    ))]
+
+    /// Invariants 3 and 5 on bins of more than 64 fragments, under every
+    /// budget kind.
+    #[test]
+    fn long_bins_meet_the_reference(
+        (target, start) in arb_long_bin(),
+        fragments in prop::option::of(1u64..4),
+        rows_permille in prop::option::of(500u64..2500),
+        bytes_permille in prop::option::weighted(0.5, 500u64..2500),
+    ) {
+        let o = with(target, |o| {
+            o.max_source_fragments = fragments;
+            o.max_source_rows = rows_permille.map(|p| (target * p / 1000).max(1));
+            o.max_source_bytes = bytes_permille.map(|p| (target * 4 * p / 1000).max(1));
+            if o.max_source_fragments.is_none() && o.max_source_rows.is_none() && o.max_source_bytes.is_none() {
+                o.max_source_fragments = Some(2);
+            }
+        });
+        check_against_reference(&start, &o);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(
         std::env::var("REFRACT_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300)
@@ -445,4 +506,101 @@ proptest! {
         o.max_bytes_per_file = Some(cap);
         check_against_reference(&start, &o);
     }
+}
+
+/// The case `long_bins_meet_the_reference` recorded (proptest-regressions): one
+/// bin of 65 fragments, `T = 168`, three fragments and 878 bytes per run. The
+/// greedy cuts alone, which planned bins of more than 64 fragments before, end
+/// with 9 below-target fragments: they cut the first fragment (252 live rows,
+/// deletions to materialize) into `[176, 76]`, and no neighbour of the 76-row
+/// carry fits with it. The search rewrites it alone and reaches the
+/// reference's 8.
+#[test]
+fn long_bin_of_65_fragments_meets_the_reference() {
+    // (physical rows, live rows, bytes), ids in order.
+    let spec: [(u64, u64, u64); 65] = [
+        (336, 252, 672),
+        (439, 330, 3073),
+        (391, 294, 3128),
+        (410, 308, 2870),
+        (436, 327, 2180),
+        (129, 129, 129),
+        (423, 318, 2115),
+        (420, 315, 1680),
+        (481, 361, 2886),
+        (374, 281, 2618),
+        (386, 290, 2702),
+        (89, 89, 89),
+        (118, 89, 118),
+        (390, 293, 390),
+        (479, 360, 479),
+        (379, 285, 379),
+        (395, 297, 1975),
+        (383, 288, 1915),
+        (379, 285, 2274),
+        (412, 309, 1648),
+        (127, 96, 1016),
+        (358, 269, 2506),
+        (24, 24, 24),
+        (31, 31, 93),
+        (457, 343, 1828),
+        (438, 329, 2190),
+        (445, 334, 2225),
+        (476, 357, 2856),
+        (401, 301, 802),
+        (415, 312, 830),
+        (432, 324, 1728),
+        (495, 372, 1980),
+        (483, 363, 1932),
+        (388, 291, 1164),
+        (397, 298, 397),
+        (464, 348, 2320),
+        (473, 355, 946),
+        (375, 282, 1875),
+        (385, 289, 385),
+        (116, 116, 232),
+        (407, 306, 2035),
+        (419, 315, 1257),
+        (422, 317, 1688),
+        (410, 308, 2870),
+        (442, 332, 2652),
+        (150, 150, 900),
+        (121, 121, 968),
+        (371, 279, 1484),
+        (471, 354, 3768),
+        (49, 49, 49),
+        (343, 258, 1372),
+        (428, 321, 3424),
+        (370, 278, 2590),
+        (426, 320, 1704),
+        (121, 121, 363),
+        (422, 317, 1266),
+        (383, 288, 1149),
+        (487, 366, 1948),
+        (374, 281, 2244),
+        (460, 345, 1840),
+        (410, 308, 410),
+        (346, 260, 2076),
+        (380, 285, 1520),
+        (390, 293, 3120),
+        (497, 373, 497),
+    ];
+    let start: Vec<FragmentStats> = spec
+        .iter()
+        .zip(0u64..)
+        .map(|(&(physical_rows, live_rows, bytes), id)| FragmentStats {
+            id,
+            physical_rows,
+            live_rows,
+            bytes,
+            coverage_key: 0,
+        })
+        .collect();
+    let o = with(168, |o| {
+        o.max_source_fragments = Some(3);
+        o.max_source_bytes = Some(878);
+    });
+    assert_eq!(reference_below_target(&start, &o), 8);
+    let fixed = check_against_reference(&start, &o);
+    assert_eq!(below_target(&fixed, 168), 8);
 }
