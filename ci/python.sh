@@ -20,6 +20,12 @@ if ! "$PY_VENV/bin/python" -c 'import pyarrow, pytest' > /dev/null 2>&1; then
   echo "ci/python.sh: installing pyarrow and pytest into $PY_VENV" >&2
   "$PY_VENV/bin/pip" install -q 'pyarrow>=15' pytest
 fi
+# The peer, side by side (test_optimize.py compares compact_files with
+# pylance's), and pandas (write_dataset converts frames through pyarrow).
+if ! "$PY_VENV/bin/python" -c 'import lance, pandas' > /dev/null 2>&1; then
+  echo "ci/python.sh: installing pylance and pandas into $PY_VENV" >&2
+  "$PY_VENV/bin/pip" install -q 'pylance==14.0.2' pandas
+fi
 # refract.ray's tests (python/tests/test_ray.py) run on a local Ray cluster.
 if ! "$PY_VENV/bin/python" -c 'import ray' > /dev/null 2>&1; then
   echo "ci/python.sh: installing ray into $PY_VENV" >&2
