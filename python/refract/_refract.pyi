@@ -9,6 +9,9 @@ class ArrowStream:
     """A one-shot Arrow stream (``pyarrow.RecordBatchReader.from_stream``)."""
 
     def __arrow_c_stream__(self, requested_schema: Optional[object] = None) -> object: ...
+    def take_error(self) -> Optional[BaseException]:
+        """The typed exception of the error that ended the stream, once."""
+        ...
     def __arrow_c_schema__(self) -> object: ...
 
 class ArrowSchema:

@@ -198,6 +198,18 @@ class Fragment:
         )
 
 
+def _typed_errors(reader: pa.RecordBatchReader, stream: Any) -> Iterator[pa.RecordBatch]:
+    """``reader``'s batches; the C stream interface carries only a message,
+    so an error that ends ``stream`` is re-raised as its typed exception."""
+    try:
+        yield from reader
+    except pa.ArrowException:
+        typed = stream.take_error()
+        if typed is None:
+            raise
+        raise typed from None
+
+
 class Scanner:
     """A configured scan of one dataset version (``Dataset.scanner(...)``).
 
@@ -238,8 +250,11 @@ class Scanner:
         return pa.RecordBatchReader.from_stream(self._stream(True))
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        """Iterate the matching rows batch by batch (streaming)."""
-        return iter(self.to_reader())
+        """Iterate the matching rows batch by batch (streaming). A failure
+        part-way raises its typed ``refract`` error, as ``to_table`` does."""
+        stream = self._stream(True)
+        reader = pa.RecordBatchReader.from_stream(stream)
+        return _typed_errors(reader, stream)
 
     def count_rows(self) -> int:
         """Matching rows (metadata only without a filter or fragments)."""

@@ -51,12 +51,18 @@ pub fn import_stream(data: &Bound<'_, PyAny>) -> PyResult<ArrowArrayStreamReader
         .map_err(|err| PyValueError::new_err(format!("cannot read the Arrow stream: {err}")))
 }
 
+/// Where a streaming reader leaves the Refract error that ended it: the C
+/// stream interface carries only a message, so `ArrowStream::take_error`
+/// hands the typed error to Python afterwards.
+pub type FailureSlot = Arc<Mutex<Option<refract_core::Error>>>;
+
 /// Batches pulled from an async scan stream by blocking on the runtime (the
 /// consumer — pyarrow — calls in without the GIL).
 pub struct BlockingReader {
     schema: SchemaRef,
     stream: BoxStream<'static, refract_core::Result<RecordBatch>>,
     runtime: Arc<Runtime>,
+    failure: FailureSlot,
 }
 
 impl BlockingReader {
@@ -70,6 +76,7 @@ impl BlockingReader {
             schema,
             stream,
             runtime,
+            failure: FailureSlot::default(),
         }
     }
 }
@@ -78,9 +85,16 @@ impl Iterator for BlockingReader {
     type Item = Result<RecordBatch, ArrowError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.runtime
-            .block_on(self.stream.next())
-            .map(|batch| batch.map_err(|err| ArrowError::ExternalError(Box::new(err))))
+        match self.runtime.block_on(self.stream.next())? {
+            Ok(batch) => Some(Ok(batch)),
+            Err(error) => {
+                // The consumer sees the CLI's one-line message; the typed
+                // error waits in the slot.
+                let message = ArrowError::ExternalError(error.to_string().into());
+                *lock(&self.failure) = Some(error);
+                Some(Err(message))
+            }
+        }
     }
 }
 
@@ -90,27 +104,40 @@ impl RecordBatchReader for BlockingReader {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock leaves the data whole (a plain store).
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A one-shot Arrow stream for Python: `pyarrow.RecordBatchReader.from_stream(s)`
 /// or `pyarrow.table(s)` consume it through `__arrow_c_stream__`.
 #[pyclass(module = "refract._refract", name = "ArrowStream", frozen)]
 pub struct ArrowStream {
     schema: SchemaRef,
     reader: Mutex<Option<Box<dyn RecordBatchReader + Send>>>,
+    failure: FailureSlot,
 }
 
 impl ArrowStream {
-    /// A stream over `reader`.
-    pub fn new(reader: Box<dyn RecordBatchReader + Send>) -> Self {
+    /// A stream that reads `reader` as the consumer pulls, keeping the error
+    /// that ends it for `take_error`.
+    pub fn streaming(reader: BlockingReader) -> Self {
+        let failure = reader.failure.clone();
         Self {
             schema: reader.schema(),
-            reader: Mutex::new(Some(reader)),
+            reader: Mutex::new(Some(Box::new(reader))),
+            failure,
         }
     }
 
     /// A stream over batches already in memory.
     pub fn from_batches(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
-        let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
-        Self::new(Box::new(reader))
+        let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema.clone());
+        Self {
+            schema,
+            reader: Mutex::new(Some(Box::new(reader))),
+            failure: FailureSlot::default(),
+        }
     }
 }
 
@@ -125,10 +152,7 @@ impl ArrowStream {
     ) -> PyResult<Bound<'py, PyCapsule>> {
         // Schema requests are optional in the protocol; the stream keeps its own.
         let _ = requested_schema;
-        let reader = self
-            .reader
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        let reader = lock(&self.reader)
             .take()
             .ok_or_else(|| PyValueError::new_err("the Arrow stream was already consumed"))?;
         let stream = FFI_ArrowArrayStream::new(reader);
@@ -139,6 +163,14 @@ impl ArrowStream {
     /// The stream's schema as an "arrow_schema" capsule.
     fn __arrow_c_schema__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
         export_schema(py, &self.schema)
+    }
+
+    /// The typed exception (`refract.errors`) of the error that ended the
+    /// stream, once; `None` when it has not failed.
+    fn take_error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        let error = lock(&self.failure).take()?;
+        let exception = crate::errors::to_py_err(py, error);
+        Some(exception.value(py).clone().into_any().unbind())
     }
 }
 

@@ -217,7 +217,7 @@ impl PyDataset {
         if stream {
             let batches = block_on(py, scanner.try_into_stream())?.py_result(py)?;
             let reader = BlockingReader::new(schema, batches, runtime()?);
-            return Ok(ArrowStream::new(Box::new(reader)));
+            return Ok(ArrowStream::streaming(reader));
         }
         let batches = block_on(py, async move {
             scanner

@@ -6,6 +6,7 @@ import pickle
 
 import pyarrow as pa
 import pytest
+from pathlib import Path
 
 import refract
 from conftest import numbered
@@ -189,6 +190,25 @@ def test_errors_are_typed_with_the_engine_messages(uri, tmp_path):
     assert "unknown compaction option(s) target_rows" in str(err.value)
     with pytest.raises(TypeError):
         refract.write_dataset(object(), uri + "-x")
+
+
+def test_error_part_way_through_a_stream_is_typed(uri):
+    ds = refract.write_dataset(numbered(0, 20), uri, max_rows_per_file=10)
+    # The second fragment's data file goes missing after the dataset opened.
+    second = ds.get_fragments()[1]
+    missing = Path(uri, second.files[0]["path"])
+    missing.unlink()
+    seen = []
+    with pytest.raises(refract.NotFoundError) as err:
+        for batch in ds.to_batches(batch_size=5, columns=["id"]):
+            seen.extend(batch.column(0).to_pylist())
+    assert seen == list(range(10))
+    assert missing.name in str(err.value)
+    assert str(err.value).startswith("not found: ")
+    # to_table reads the whole result first: the same typed error.
+    with pytest.raises(refract.NotFoundError) as whole:
+        ds.to_table()
+    assert str(whole.value) == str(err.value)
 
 
 def test_error_messages_match_the_cli(uri, refract_cli):
