@@ -270,6 +270,41 @@ async fn commit_requests_are_a_constant_per_result() {
     }
 }
 
+/// Requests of executing the first task of a plan over `tasks` two-fragment
+/// bins of one-row fragments (from a handle at the read version).
+async fn first_task_requests(tasks: u64) -> RequestStats {
+    let uri = common::memory_uri("task-scale");
+    let mut dataset = Dataset::create(&uri, common::schema(), Default::default())
+        .await
+        .unwrap();
+    let one_row_files = WriteOptions {
+        max_rows_per_file: 1,
+        ..WriteOptions::default()
+    };
+    dataset
+        .append(vec![batch(0, 2 * tasks)], &one_row_files)
+        .await
+        .unwrap();
+    let plan = plan_compaction(&dataset, &options(2)).unwrap();
+    assert_eq!(plan.tasks.len() as u64, tasks);
+    dataset.store().reset_stats();
+    let result = plan.tasks[0].execute(&dataset).await.unwrap();
+    assert_eq!(result.new_files.len(), 1);
+    assert_eq!(result.old_fragment_ids.len(), 2);
+    dataset.store().stats()
+}
+
+#[tokio::test]
+async fn task_execution_reads_only_its_sources_whatever_the_table_size() {
+    // A task reads its own sources and writes its output; a table 16 times
+    // larger adds no request (a lookup or listing over the table would).
+    let small = first_task_requests(4).await;
+    let large = first_task_requests(64).await;
+    assert_eq!(small, large);
+    assert!(small.total_requests() > 0);
+    assert_eq!(small.requests_under("_versions"), 0);
+}
+
 #[tokio::test]
 async fn verification_reports_the_first_bad_file_in_result_order() {
     let dataset = dataset_with_fragments(&[1; 12]).await;
