@@ -106,7 +106,9 @@ impl RecordBatchReader for BlockingReader {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding the lock leaves the data whole (a plain store).
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A one-shot Arrow stream for Python: `pyarrow.RecordBatchReader.from_stream(s)`

@@ -9,16 +9,15 @@
 //! skipped, unless `REFRACT_TEST_AZURE_REQUIRED` is set (CI), where that is a
 //! failure.
 
-#[path = "remap_common.rs"]
-mod common;
-#[path = "support/store_story.rs"]
-mod store_story;
+mod support;
+use support::store_story;
 
-use common::fri_common::{rows, scan_ids, schema, write_options};
 use refract_core::Error;
 use refract_table::testing::{azure_test_location, azure_test_options, AZURITE_ACCOUNT_KEY};
 use refract_table::Dataset;
 use store_story::{assert_story_ends_as_on_a_local_directory, open_options};
+use support::fri::{rows, schema};
+use support::{scan_ids, write_options};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_maintenance_story_on_azure_ends_as_on_a_local_directory() {

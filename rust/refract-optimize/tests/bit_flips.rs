@@ -7,15 +7,14 @@
 //! the whole file; `REFRACT_LONG_SWEEPS=1` flips every bit of a sample many
 //! times larger.
 
-#[path = "remap_common.rs"]
-mod common;
+mod support;
+use support::remap as common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use bytes::Bytes;
-use common::fri_common::dataset_with_rows;
 use common::{add_index, ids, INDICES};
 use refract_core::Error;
 use refract_index::{IndexUse, Query};
@@ -24,6 +23,7 @@ use refract_optimize::remap::{remap_indices, RemapOptions};
 use refract_reader::{ChunkCacheMode, FriResolver};
 use refract_table::testing::{sample_rows, sample_schema, snapshot};
 use refract_table::{Dataset, OpenOptions, WriteOptions};
+use support::fri::dataset_with_rows;
 
 /// Flips per file kind in the default run (and with `REFRACT_LONG_SWEEPS`).
 fn flips_per_kind() -> usize {

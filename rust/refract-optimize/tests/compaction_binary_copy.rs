@@ -3,15 +3,17 @@
 //! decode/re-encode compaction: same layout, same rows in the same order at
 //! the same new addresses, readable by scans, filters and point lookups.
 
-mod common;
+mod support;
+use support::compaction as common;
 
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray, UInt64Array};
-use common::{batch, dataset_with_fragments, fragment_sizes, scan_ids, schema};
+use common::{batch, dataset_with_fragments, fragment_sizes, schema};
 use refract_optimize::compaction::{
     commit_compaction, execute_plan, plan_compaction, CompactionOptions, RewriteResult,
 };
 use refract_table::dataset::{Dataset, OpenOptions, WriteOptions, ROW_ADDRESS_COLUMN};
 use rstest::rstest;
+use support::scan_ids;
 
 fn options(target: u64, binary_copy: bool) -> CompactionOptions {
     CompactionOptions {

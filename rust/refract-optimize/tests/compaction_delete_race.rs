@@ -3,12 +3,14 @@
 //! commits first, the table equals a model after every round, and compaction
 //! afterwards runs until it commits nothing.
 
-mod common;
+mod support;
+use support::compaction as common;
 
-use common::{batch, dataset_with_fragments, fragment_sizes, scan_ids};
+use common::{batch, dataset_with_fragments, fragment_sizes};
 use refract_core::Error;
 use refract_optimize::compaction::{compact_files, plan_compaction, CompactionOptions};
 use refract_table::{Dataset, DeleteResult, Operation, WriteOptions};
+use support::scan_ids;
 
 const ROUNDS: u64 = 30;
 const MAX_NOOP_ROUNDS: usize = 50;

@@ -1,15 +1,17 @@
 //! Distributed execution (plan → execute anywhere → commit in any order) and
 //! concurrency: appends and deletes racing a compaction, overlapping rewrites.
 
-mod common;
+mod support;
+use support::compaction as common;
 
-use common::{batch, dataset_with_fragments, fragment_sizes, scan_ids};
+use common::{batch, dataset_with_fragments, fragment_sizes};
 use refract_core::Error;
 use refract_optimize::compaction::{
     commit_compaction, plan_compaction, plan_from_json, CompactionOptions, RewriteResult,
 };
 use refract_table::dataset::{Dataset, WriteOptions};
 use refract_table::io::RequestStats;
+use support::scan_ids;
 
 fn options(target: u64) -> CompactionOptions {
     CompactionOptions {
@@ -207,7 +209,7 @@ async fn compaction_can_run_on_a_spawned_task() {
 /// Requests of one commit of `tasks` two-fragment results on a table of
 /// `2 * tasks` one-row fragments (from a handle at the read version).
 async fn commit_requests(tasks: u64) -> RequestStats {
-    let uri = common::memory_uri("commit-scale");
+    let uri = support::memory_uri("commit-scale");
     let mut dataset = Dataset::create(&uri, common::schema(), Default::default())
         .await
         .unwrap();
@@ -273,7 +275,7 @@ async fn commit_requests_are_a_constant_per_result() {
 /// Requests of executing the first task of a plan over `tasks` two-fragment
 /// bins of one-row fragments (from a handle at the read version).
 async fn first_task_requests(tasks: u64) -> RequestStats {
-    let uri = common::memory_uri("task-scale");
+    let uri = support::memory_uri("task-scale");
     let mut dataset = Dataset::create(&uri, common::schema(), Default::default())
         .await
         .unwrap();

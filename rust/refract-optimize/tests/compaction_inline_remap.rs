@@ -1,17 +1,19 @@
 //! Inline index remap: compaction rewrites every affected index segment in the
 //! Rewrite commit, and indexed queries still equal a brute-force scan.
 
-mod common;
+mod support;
+use support::compaction as common;
 
 use std::collections::BTreeSet;
 
 use arrow_array::{Array, Int64Array};
-use common::{dataset_with_fragments, scan_ids};
+use common::dataset_with_fragments;
 use refract_index::manage::create_index;
 use refract_index::query::Query;
 use refract_index::types::IndexParams;
 use refract_optimize::compaction::{compact_files, CompactionOptions};
 use refract_table::dataset::Dataset;
+use support::scan_ids;
 
 async fn query_ids(dataset: &Dataset, filter: &str, use_index: bool) -> Vec<i64> {
     let result = Query::new(dataset)

@@ -3,14 +3,16 @@
 //! version the results landed in and the same metrics, not an error a retry
 //! can never clear. Results keep the options of their plan.
 
-mod common;
+mod support;
+use support::compaction as common;
 
-use common::{batch, dataset_with_fragments, scan_ids};
+use common::{batch, dataset_with_fragments};
 use refract_core::Error;
 use refract_optimize::compaction::{
     commit_compaction, compact_files, plan_compaction, CompactionOptions,
 };
 use refract_table::dataset::WriteOptions;
+use support::scan_ids;
 
 fn options(target: u64) -> CompactionOptions {
     CompactionOptions {

@@ -1,12 +1,14 @@
 //! Execute-until-noop suites on real datasets: termination, order, quality and
 //! idempotence of compaction, with and without source budgets.
 
-mod common;
+mod support;
+use support::compaction as common;
 
-use common::{dataset_with_fragments, fragment_sizes, scan_ids};
+use common::{dataset_with_fragments, fragment_sizes};
 use refract_optimize::compaction::{compact_files, plan_compaction, CompactionOptions};
 use refract_table::dataset::Dataset;
 use rstest::rstest;
+use support::scan_ids;
 
 const MAX_ROUNDS: usize = 200;
 

@@ -17,7 +17,6 @@ use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::FutureExt;
 use refract_core::{Error, Result};
 use refract_index::manage::segments_of;
@@ -35,6 +34,9 @@ use refract_table::testing::{
 };
 use refract_table::{Dataset, WriteOptions};
 use rstest::rstest;
+
+mod support;
+use support::fri::schema;
 
 /// Call indices per kind in the default run.
 const SAMPLED_INDICES_PER_KIND: u64 = 5;
@@ -57,19 +59,6 @@ const BTREE: (&str, &str, &str) = ("by_id", "id", "btree");
 const BITMAP: (&str, &str, &str) = ("by_cat", "cat", "bitmap");
 const NGRAM: (&str, &str, &str) = ("by_name", "name", "ngram");
 const IVF_FLAT: (&str, &str, &str) = ("by_vec", "vector", "ivf_flat");
-
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("cat", DataType::Int32, true),
-        Field::new("name", DataType::Utf8, true),
-        Field::new(
-            "vector",
-            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), 2),
-            true,
-        ),
-    ]))
-}
 
 /// Rows `start..start + n`: cat = id % 5 (null when id % 13 == 0), name =
 /// "row-<id>-", vector = [id, -id].

@@ -1,13 +1,13 @@
 //! Concurrency of FRI writers: overlapping deferred rewrites, trims racing
 //! rewrites, and rewrites straddling a concurrently created index.
 
-#[path = "fri_common.rs"]
-mod common;
+mod support;
 
-use common::*;
 use refract_optimize::fri::{deferred_remap_hook, fri_uuid, load_ledger, new_fri_entry};
 use refract_table::transaction::Operation;
 use refract_table::Dataset;
+use support::fri::*;
+use support::*;
 
 /// Fragments 1..=6 of 100 rows, an index covering all of them.
 async fn indexed(name: &str) -> Dataset {

@@ -2,14 +2,12 @@
 //! hook, their translation, legacy (version 0) histories and their lift, and
 //! external ledger content.
 
-#[path = "fri_common.rs"]
-mod common;
+mod support;
 
 use std::collections::HashMap;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use common::*;
 use refract_core::{
     Error, FragmentRows, MappingReader, OrderedCompactionMapping, RewriteGroupInput, RowAddrRemap,
 };
@@ -24,6 +22,8 @@ use refract_table::transaction::{Operation, RewriteGroup};
 use refract_table::{Dataset, Manifest};
 use roaring::RoaringTreemap;
 use rstest::rstest;
+use support::fri::*;
+use support::*;
 
 /// The mapping of a recorded ordered-compaction transition.
 fn mapping_of(record: &TransitionRecord) -> OrderedCompactionMapping {

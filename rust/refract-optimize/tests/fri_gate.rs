@@ -1,10 +1,8 @@
 //! Feature-flag fencing and the write gate on tables with a version-1 FRI
 //! history: one test per row of the classification table in docs/fri.md.
 
-#[path = "fri_common.rs"]
-mod common;
+mod support;
 
-use common::*;
 use refract_core::Error;
 use refract_ledger::flags::{ClientFeatures, FLAG_FRAGMENT_REUSE_INDEX, FLAG_UNKNOWN};
 use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
@@ -17,6 +15,8 @@ use refract_table::transaction::{Operation, Transaction};
 use refract_table::{Dataset, Manifest, OpenOptions, WriteOptions};
 use roaring::RoaringTreemap;
 use rstest::rstest;
+use support::fri::*;
+use support::*;
 
 const FRI: u64 = FLAG_FRAGMENT_REUSE_INDEX;
 

@@ -4,12 +4,11 @@
 //! nothing. At the end the FRI is gone, every segment is caught up, every
 //! query equals a brute-force scan, and one more round commits nothing.
 
-#[path = "remap_common.rs"]
-mod common;
+mod support;
+use support::remap as common;
 
 use std::sync::Arc;
 
-use common::fri_common::{fragment_ids, rows, scan_ids as scan_ids_of, write_options};
 use common::*;
 use refract_index::{optimize_indices, IndexRegistry};
 use refract_optimize::compaction::CompactionOptions;
@@ -18,6 +17,8 @@ use refract_optimize::maintain::{maintain, MaintainOptions};
 use refract_optimize::remap::{remap_indices, RemapOptions};
 use refract_optimize::trim::trim_fri;
 use rstest::rstest;
+use support::fri::{fragment_ids, rows};
+use support::{scan_ids as scan_ids_of, write_options};
 
 fn builtins() -> Arc<IndexRegistry> {
     Arc::new(IndexRegistry::with_builtins())

@@ -1,11 +1,8 @@
 //! Stable partition rewrites: order within destinations, full content,
 //! positional replacement, row maps, empty destinations, errors, conflicts.
 
-#[path = "partition_common.rs"]
-mod partition_common;
+mod support;
 
-use partition_common::common::*;
-use partition_common::*;
 use refract_core::{DeletionVector, Error};
 use refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;
 use refract_optimize::fri::{
@@ -15,6 +12,9 @@ use refract_table::io::write_deletion_file;
 use refract_table::transaction::Operation;
 use refract_table::Dataset;
 use rstest::rstest;
+use support::fri::*;
+use support::partition::*;
+use support::*;
 
 fn range(boundaries: Vec<i64>) -> PartitionBy {
     PartitionBy::Range {

@@ -1,12 +1,11 @@
 //! A large stable partition whose row map validates and translates every
 //! source row onto a destination row with the same content.
 
-#[path = "partition_common.rs"]
-mod partition_common;
+mod support;
 
-use partition_common::common::*;
-use partition_common::*;
 use refract_optimize::fri::{partition_fragments, PartitionBy, PartitionOptions};
+use support::fri::*;
+use support::partition::*;
 
 async fn partition_rows(rows: usize) {
     let mut before = dataset_with_rows("scale", rows, 250_000).await;

@@ -2,12 +2,11 @@
 //! legacy upgrade, plugin fallback, concurrency, and direct inspection of the
 //! remapped segments' stored addresses.
 
-#[path = "remap_common.rs"]
-mod common;
+mod support;
+use support::remap as common;
 
 use std::sync::Arc;
 
-use common::fri_common::{self, dataset_with_rows, rows, write_options};
 use common::*;
 use refract_core::{Error, RowAddress};
 use refract_index::IndexRegistry;
@@ -21,6 +20,8 @@ use refract_table::transaction::Operation;
 use refract_table::{Dataset, IndexMetadata};
 use roaring::{RoaringBitmap, RoaringTreemap};
 use rstest::rstest;
+use support::fri::{self, dataset_with_rows, rows};
+use support::write_options;
 
 fn builtins() -> Arc<IndexRegistry> {
     Arc::new(IndexRegistry::with_builtins())
@@ -44,9 +45,9 @@ async fn mixed_chain(name: &str) -> Dataset {
     let mut dataset = indexed_table(name, 600, 100).await;
     dataset.delete("id >= 100 AND id < 130").await.unwrap();
     dataset = deferred_rewrite(&dataset, &[vec![1, 2], vec![3, 4]], 1).await;
-    assert_eq!(fri_common::fragment_ids(&dataset), vec![7, 8, 5, 6]);
+    assert_eq!(fri::fragment_ids(&dataset), vec![7, 8, 5, 6]);
     partition(&mut dataset, Some(vec![8, 5, 6]), 3).await;
-    assert_eq!(fri_common::fragment_ids(&dataset), vec![7, 9, 10, 11]);
+    assert_eq!(fri::fragment_ids(&dataset), vec![7, 9, 10, 11]);
     dataset
 }
 
@@ -150,7 +151,7 @@ async fn withdrawn_rows_are_dropped_from_the_new_files() {
     // Fragment 8 loses every row (withdrawn), fragment 7 one row.
     dataset.delete("id >= 200 AND id < 400").await.unwrap();
     dataset.delete("id = 5").await.unwrap();
-    assert_eq!(fri_common::fragment_ids(&dataset), vec![7, 5, 6]);
+    assert_eq!(fri::fragment_ids(&dataset), vec![7, 5, 6]);
     let report = remap_indices(&mut dataset, RemapOptions::default())
         .await
         .unwrap();

@@ -6,13 +6,12 @@
 //! that cleanup is crash-safe under every failing list, read and delete,
 //! and that a reader pinned to a retained version is never disturbed.
 
-#[path = "remap_common.rs"]
-mod common;
+mod support;
+use support::remap as common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::fri_common::{fragment_ids, rows, scan_ids, write_options};
 use common::*;
 use refract_core::Error;
 use refract_index::{optimize_indices, IndexRegistry, Query};
@@ -25,6 +24,8 @@ use refract_table::io::RelativePath;
 use refract_table::io::{CallKind, FaultMode};
 use refract_table::testing::FaultRig;
 use refract_table::{cleanup_old_versions, create_tag, Dataset, RetentionPolicy, RetentionReport};
+use support::fri::{fragment_ids, rows};
+use support::{scan_ids, write_options};
 
 /// What a version returned when it was written: its scan, in order, and
 /// the ids each filter selects through the indices (FRI included).
@@ -260,13 +261,9 @@ async fn maintain_expires_old_versions_after_its_rounds() {
 /// writes, so expiring all but the last two versions removes every kind of
 /// file.
 async fn history_on(rig: &FaultRig) -> Dataset {
-    let mut dataset = Dataset::create(
-        rig.uri(),
-        common::fri_common::schema(),
-        rig.faulty_options(),
-    )
-    .await
-    .unwrap();
+    let mut dataset = Dataset::create(rig.uri(), support::fri::schema(), rig.faulty_options())
+        .await
+        .unwrap();
     dataset
         .append(vec![rows(0, 400)], &write_options(100))
         .await

@@ -1,12 +1,11 @@
 //! `trim_fri`: retention, byte-exact survivors, row-map deletion, superseded
 //! pruning, no-op runs and lost races.
 
-#[path = "remap_common.rs"]
-mod common;
+mod support;
+use support::remap as common;
 
 use std::sync::Arc;
 
-use common::fri_common::{self, dataset_with_rows, ledger, rows, write_options};
 use common::*;
 use refract_core::Error;
 use refract_index::{optimize_indices, IndexRegistry};
@@ -17,6 +16,8 @@ use refract_optimize::remap::{remap_indices, RemapOptions};
 use refract_optimize::trim::trim_fri;
 use refract_reader::rowmap::row_map_path;
 use refract_table::Dataset;
+use support::fri::{self, dataset_with_rows, ledger, rows};
+use support::write_options;
 
 fn builtins() -> Arc<IndexRegistry> {
     Arc::new(IndexRegistry::with_builtins())
@@ -163,5 +164,5 @@ async fn tables_without_history_only_prune() {
     let version = dataset.version();
     assert!(trim_fri(&mut dataset).await.unwrap().is_noop());
     assert_eq!(dataset.version(), version);
-    assert_eq!(fri_common::fragment_ids(&dataset), vec![1, 2]);
+    assert_eq!(fri::fragment_ids(&dataset), vec![1, 2]);
 }

@@ -1,13 +1,12 @@
 //! The maintenance story shared by the object-store suites (`s3_store.rs`,
-//! `azure_store.rs`; included with `#[path]` next to `remap_common.rs`
-//! mounted as `common`): the same steps on any URI with its storage options,
+//! `azure_store.rs`): the same steps on any URI with its storage options,
 //! ending in an [`Outcome`] to compare with the story on a local directory.
-#![allow(dead_code)]
 
 use std::sync::Arc;
 
-use crate::common::fri_common::{rows, scan_ids, schema, write_options};
-use crate::common::*;
+use super::fri::{rows, schema};
+use super::remap::*;
+use super::{scan_ids, write_options};
 use refract_index::IndexRegistry;
 use refract_optimize::compaction::{compact_files, CompactionOptions};
 use refract_optimize::fri::fri_uuid;

@@ -1,23 +1,13 @@
-//! Shared fixtures for the compaction integration tests.
-#![allow(dead_code)]
+//! Two-column (`id`, `text`) tables of exact fragment sizes, for the
+//! compaction tests.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use refract_table::dataset::{Dataset, OpenOptions, WriteOptions};
+use refract_table::dataset::{Dataset, OpenOptions};
 
-static NEXT: AtomicU64 = AtomicU64::new(0);
-
-/// A fresh, uniquely named in-memory dataset URI.
-pub fn memory_uri(name: &str) -> String {
-    format!(
-        "memory://{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    )
-}
+use super::{memory_uri, write_options};
 
 pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -47,34 +37,13 @@ pub async fn dataset_with_fragments(sizes: &[u64]) -> Dataset {
         .unwrap();
     let mut next = 0i64;
     for size in sizes {
-        let options = WriteOptions {
-            max_rows_per_file: *size,
-            ..WriteOptions::default()
-        };
         dataset
-            .append(vec![batch(next, *size)], &options)
+            .append(vec![batch(next, *size)], &write_options(*size))
             .await
             .unwrap();
         next += *size as i64;
     }
     dataset
-}
-
-/// All `id` values in scan order.
-pub async fn scan_ids(dataset: &Dataset) -> Vec<i64> {
-    let batch = dataset
-        .scan()
-        .project(&["id"])
-        .try_into_batch()
-        .await
-        .unwrap();
-    batch
-        .column(0)
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .unwrap()
-        .values()
-        .to_vec()
 }
 
 /// Physical rows of each fragment, in order.

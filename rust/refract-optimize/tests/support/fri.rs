@@ -1,7 +1,6 @@
-//! Shared fixtures for the FRI writer tests (included with `#[path]`).
-#![allow(dead_code)]
+//! Four-column tables, user index segments, hand-made rewrites and ledgers,
+//! for the FRI writer tests.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
@@ -14,20 +13,11 @@ use refract_core::{Error, Result};
 use refract_ledger::Ledger;
 use refract_optimize::fri::load_ledger;
 use refract_table::transaction::{Operation, RewriteGroup, Transaction};
-use refract_table::{CommitHook, Dataset, IndexMetadata, OpenOptions, WriteOptions};
+use refract_table::{CommitHook, Dataset, IndexMetadata, OpenOptions};
 use roaring::{RoaringBitmap, RoaringTreemap};
 use uuid::Uuid;
 
-static NEXT: AtomicU64 = AtomicU64::new(0);
-
-/// A fresh, uniquely named in-memory dataset URI.
-pub fn memory_uri(name: &str) -> String {
-    format!(
-        "memory://fri-{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    )
-}
+use super::{memory_uri, write_options};
 
 pub const DIM: i32 = 2;
 
@@ -68,13 +58,6 @@ pub fn rows(start: i64, n: usize) -> RecordBatch {
     RecordBatch::try_new(schema(), columns).unwrap()
 }
 
-pub fn write_options(rows_per_file: u64) -> WriteOptions {
-    WriteOptions {
-        max_rows_per_file: rows_per_file,
-        ..WriteOptions::default()
-    }
-}
-
 /// A dataset with ids `0..n` in fragments of `per_file` rows (ids 1, 2, …).
 pub async fn dataset_with_rows(name: &str, n: usize, per_file: u64) -> Dataset {
     let mut dataset = Dataset::create(&memory_uri(name), schema(), OpenOptions::default())
@@ -85,23 +68,6 @@ pub async fn dataset_with_rows(name: &str, n: usize, per_file: u64) -> Dataset {
         .await
         .unwrap();
     dataset
-}
-
-/// The `id` column of a full scan, in scan order.
-pub async fn scan_ids(dataset: &Dataset) -> Vec<i64> {
-    let batches: Vec<RecordBatch> = dataset
-        .scan()
-        .project(&["id"])
-        .try_into_stream()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    batches
-        .iter()
-        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
-        .collect()
 }
 
 /// (row address, id) of every live row of `fragments`, in scan order.

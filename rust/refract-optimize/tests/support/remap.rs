@@ -1,9 +1,5 @@
-//! Shared fixtures for the remap / trim / maintain tests (included with
-//! `#[path]`; it mounts the FRI writer fixtures `fri_common.rs`).
-#![allow(dead_code)]
-
-#[path = "fri_common.rs"]
-pub mod fri_common;
+//! Indexed tables, deferred rewrites and query-equals-scan checks, for the
+//! remap / trim / maintain tests (built on the [`super::fri`] fixtures).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,7 +28,7 @@ use refract_table::transaction::{Operation, RewriteGroup, Transaction};
 use refract_table::{Dataset, IndexMetadata};
 use roaring::RoaringTreemap;
 
-use fri_common::{addressed_ids, commit_rewrite, dataset_with_rows, plan_rewrite};
+use super::fri::{addressed_ids, commit_rewrite, dataset_with_rows, plan_rewrite};
 
 /// The four indices every scenario carries: (name, column, type).
 pub const INDICES: [(&str, &str, &str); 4] = [

@@ -1,5 +1,4 @@
-//! Checks shared by the partition tests (included with `#[path]`).
-#![allow(dead_code)]
+//! The checks of a stable partition, shared by the partition tests.
 
 use std::collections::HashMap;
 
@@ -13,10 +12,7 @@ use refract_reader::rowmap::{row_map_path, ChunkCacheMode, RowMapReader, RowMapS
 use refract_table::transaction::Operation;
 use refract_table::Dataset;
 
-#[path = "fri_common.rs"]
-pub mod common;
-
-use common::addressed_ids;
+use super::fri::addressed_ids;
 
 /// The destinations the latest commit (a Partition) wrote.
 pub fn destinations(dataset: &Dataset) -> Vec<u64> {
