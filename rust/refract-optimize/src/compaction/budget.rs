@@ -24,7 +24,7 @@ use super::balance::Balance;
 use super::candidates::{CandidateRules, FragmentStats};
 use super::moves::{could_run_whole, leftmost_balanced_run};
 use super::options::CompactionOptions;
-use super::planner::TaskPlan;
+use super::task_planner::TaskPlan;
 
 /// Sources read by a task or a cut.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::binary_copy::try_copy_task;
-use super::plan::CompactionTask;
+use super::compaction_plan::CompactionTask;
 use super::CompactionOptions;
 
 /// A data file written by a task (serializable mirror of the table's `DataFile`).

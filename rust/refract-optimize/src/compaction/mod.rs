@@ -9,41 +9,48 @@
 //!
 //! Modules: `options` (validation), `candidates` (candidacy), `bins` (bins and
 //! the lossless task split), `balance` (output sizes), `budget` (source budgets
-//! and budget cuts), `moves` (the fallback run a budget admits), `planner`
-//! (`plan_tasks`), `simulate` (a pure simulator and the execute-until-noop
-//! driver used by tests and benchmarks). The planner's internals are private;
-//! the re-exports below are the API.
+//! and budget cuts), `moves` (the fallback run a budget admits), `search` (the
+//! best reachable partition of a bin), `task_planner` (`plan_tasks`),
+//! `compaction_plan` (the serializable [`CompactionPlan`] of tasks workers
+//! execute), `execute` (one task → [`RewriteResult`]), `commit` and `verify`
+//! (checking and landing results), `run` (`compact_files`), `simulate` (a pure
+//! simulator and the execute-until-noop driver used by tests and benchmarks).
+//! Every module is private; the re-exports below are the API.
 
 mod balance;
 mod binary_copy;
 mod bins;
 mod budget;
 mod candidates;
-pub mod commit;
-pub mod execute;
-pub mod inline_remap;
+mod commit;
+mod compaction_plan;
+mod execute;
+mod inline_remap;
 mod landed;
 mod moves;
-pub mod options;
-pub mod plan;
-pub mod planner;
+mod options;
 mod run;
 mod search;
 mod simulate;
-pub mod verify;
+mod task_planner;
+mod verify;
 
 #[cfg(test)]
-mod planner_reference;
+mod task_planner_reference;
 #[cfg(test)]
-mod planner_reference_tests;
+mod task_planner_reference_tests;
 #[cfg(test)]
-mod planner_tests;
+mod task_planner_tests;
 
 pub use candidates::{Candidacy, FragmentStats};
 pub use commit::{commit_compaction, CompactionMetrics};
+pub use compaction_plan::{plan_compaction, plan_from_json, CompactionPlan, CompactionTask};
 pub use execute::{RewriteResult, WrittenFile};
-pub use options::CompactionOptions;
-pub use plan::{plan_compaction, plan_from_json, CompactionPlan, CompactionTask};
-pub use planner::{plan_tasks, TaskPlan};
+pub use options::{
+    CompactionOptions, DEFAULT_BINARY_COPY_MIN_SOURCE_ROWS,
+    DEFAULT_MATERIALIZE_DELETIONS_THRESHOLD, DEFAULT_MAX_ROWS_PER_GROUP,
+    DEFAULT_TARGET_ROWS_PER_FRAGMENT,
+};
 pub use run::{compact_files, execute_plan, CompactionProgress, ProgressCallback};
 pub use simulate::{execute_until_noop, simulate_run, Convergence};
+pub use task_planner::{plan_tasks, TaskPlan};

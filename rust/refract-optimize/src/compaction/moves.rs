@@ -15,7 +15,7 @@
 use super::balance::Balance;
 use super::budget::{BudgetCut, Sizing, SourceBudget, SourceUse};
 use super::candidates::{CandidateRules, FragmentStats};
-use super::planner::TaskPlan;
+use super::task_planner::TaskPlan;
 
 /// Whether a fresh budget could admit the whole task once merges below target
 /// have made it as few fragments as they can: its live rows, its estimated live

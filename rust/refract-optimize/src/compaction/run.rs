@@ -9,8 +9,8 @@ use refract_core::Result;
 use refract_table::dataset::Dataset;
 
 use super::commit::{commit_compaction, CompactionMetrics};
+use super::compaction_plan::{plan_compaction, CompactionPlan};
 use super::execute::RewriteResult;
-use super::plan::{plan_compaction, CompactionPlan};
 use super::CompactionOptions;
 
 /// Progress of a running compaction.

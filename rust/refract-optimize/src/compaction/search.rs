@@ -17,7 +17,7 @@
 //! [`best_partition`] is a dynamic program over feasible groups that minimizes
 //! the below-target fragments left, then the rows rewritten (ties: the shorter
 //! last group). A bin is planned by its best partition when that leaves fewer
-//! below-target fragments than the greedy cuts of `planner` reach at their fixed
+//! below-target fragments than the greedy cuts of `task_planner` reach at their fixed
 //! point on the bin alone (they can do better: their carried remainders cut
 //! outputs inside a fragment); otherwise the greedy cuts run as that simulation
 //! ran them, from a fresh budget, or wait for the next run. Either way the value
@@ -30,8 +30,8 @@ use super::budget::{Sizing, SourceBudget, SourceUse};
 use super::candidates::{CandidateRules, FragmentStats};
 use super::moves::balanced_cut;
 use super::options::CompactionOptions;
-use super::planner::{Flow, Planner, TaskPlan};
 use super::simulate::simulate_run;
+use super::task_planner::{Flow, Planner, TaskPlan};
 
 /// Largest bin the search plans. Its greedy simulation is quadratic in the bin
 /// under the smallest budgets (two fragments per run: about half as many rounds

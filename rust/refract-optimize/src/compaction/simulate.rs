@@ -10,7 +10,7 @@ use refract_core::{Error, Result};
 
 use super::candidates::FragmentStats;
 use super::options::CompactionOptions;
-use super::planner::{plan_tasks, TaskPlan};
+use super::task_planner::{plan_tasks, TaskPlan};
 
 /// Applies `plan` to `fragments`. Fresh ids start above the largest id present.
 ///

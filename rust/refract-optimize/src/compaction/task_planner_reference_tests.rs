@@ -1,7 +1,7 @@
 //! The budgeted planner against its quality reference (docs/compaction.md,
 //! invariants 3 and 5): at the fixed point no merge of below-target fragments
 //! fits the budget, and there are no more below-target fragments than the best
-//! layout reachable by moves (`planner_reference`). Exhaustive over small grids,
+//! layout reachable by moves (`task_planner_reference`). Exhaustive over small grids,
 //! random over layouts, targets, budgets of every kind, deletions, exclusions and
 //! coverage keys.
 
@@ -10,8 +10,8 @@ use rstest::rstest;
 
 use super::budget::{SourceBudget, SourceUse};
 use super::candidates::{Candidacy, CandidateRules};
-use super::planner_reference::reference_below_target;
-use super::planner_tests::{
+use super::task_planner_reference::reference_below_target;
+use super::task_planner_tests::{
     apply, arb_options, build_options, check_round, converge, describe, frag, layout, sizes, with,
     Budget,
 };

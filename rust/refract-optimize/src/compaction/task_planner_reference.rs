@@ -27,8 +27,8 @@ use super::balance::Balance;
 use super::budget::{SourceBudget, SourceUse};
 use super::candidates::{Candidacy, CandidateRules, FragmentStats};
 use super::options::CompactionOptions;
-use super::planner::TaskPlan;
 use super::simulate::simulate_run;
+use super::task_planner::TaskPlan;
 
 /// Fewest below-target fragments reachable from `start` by moves under `options`
 /// (which must have no `max_bytes_per_file`: moves are balanced by rows only).
