@@ -2,8 +2,8 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use refract_ledger::MAX_PARTITION_DESTINATIONS as MAX_DESTINATIONS;
 use refract_optimize::maintain::DEFAULT_MAX_ROUNDS;
-use refract_reader::rowmap::counts::MAX_DESTINATIONS;
 
 use crate::commands::location::VersionSelector;
 use crate::duration::duration;

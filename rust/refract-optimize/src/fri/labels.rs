@@ -8,7 +8,7 @@ use arrow::compute::cast;
 use arrow_array::{Array, ArrayRef, Int64Array, LargeStringArray, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Schema};
 use refract_core::{Error, Result};
-use refract_reader::rowmap::counts::MAX_DESTINATIONS;
+use refract_ledger::MAX_PARTITION_DESTINATIONS as MAX_DESTINATIONS;
 use serde::{Deserialize, Serialize};
 
 /// How rows are assigned to destinations.

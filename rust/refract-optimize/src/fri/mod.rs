@@ -7,9 +7,9 @@
 //! * [`labels`]: the label functions ([`PartitionBy`]);
 //! * [`describe`]: [`describe_fri`] for `refract fri`.
 //!
-//! The FRI entry helpers ([`load_ledger`], [`fri_uuid`]) and the write gate
-//! live in the table engine (`refract_table::commit::{fri_entry, gate}`)
-//! because every commit passes through them; they are re-exported here.
+//! The FRI entry helpers ([`load_ledger`], [`fri_uuid`]) live in the table
+//! engine (`refract_table::commit::fri_entry`, next to the commit's write
+//! gate) because every commit passes through them; they are re-exported here.
 
 pub mod deferred;
 pub mod describe;

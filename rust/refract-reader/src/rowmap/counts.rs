@@ -20,7 +20,7 @@ pub const MAGIC: &[u8; 4] = b"RFRM";
 /// The only counts format version this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
 /// Most destinations a stable partition may have: the ledger's limit.
-pub use refract_ledger::MAX_PARTITION_DESTINATIONS as MAX_DESTINATIONS;
+use refract_ledger::MAX_PARTITION_DESTINATIONS as MAX_DESTINATIONS;
 const HEADER_BYTES: usize = 4 + 4 + 4 + 8 + 4 + 8;
 
 /// The validated counts matrix of one row map.

@@ -87,16 +87,6 @@ impl LabelChunk {
         Ok(Self { first_row, entries })
     }
 
-    /// Rows in the chunk.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// True when the chunk holds no rows.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// The packed entry of chunk-relative row `position` (`label << 16 |
     /// rank`, or [`DELETED_ENTRY`]); `None` outside the chunk.
     #[inline]
@@ -112,8 +102,8 @@ impl LabelChunk {
 
     /// The label of chunk-relative row `position` and its rank among rows with
     /// the same label earlier in the same block. `None` for a deleted row or a
-    /// position outside the chunk.
-    #[inline]
+    /// position outside the chunk. (The tests' view of an entry.)
+    #[cfg(test)]
     pub fn label_and_rank(&self, position: usize) -> Option<(u16, u64)> {
         let entry = *self.entries.get(position)?;
         if entry == DELETED_ENTRY {

@@ -14,20 +14,35 @@
 //! The writer lives here too so the format has one owner; `partition_fragments`
 //! (refract-optimize) calls it.
 
-pub mod counts;
+mod counts;
 mod file;
-pub mod labels;
-pub mod reader;
+mod labels;
+mod reader;
 mod resident;
-pub mod route;
+mod route;
 mod span;
-pub mod writer;
+mod writer;
 
-pub use counts::{CountsMatrix, BLOCK_ROWS};
-pub use reader::{ChunkCacheMode, RowMapReader, RowMapSource, SourceCursor, BLOCKS_PER_CHUNK};
+pub use counts::BLOCK_ROWS;
+pub use reader::{ChunkCacheMode, RowMapReader, RowMapSource, BLOCKS_PER_CHUNK};
+pub use writer::{RowMapWriter, WrittenRowMap};
+
+// The translators' performance internals, and the counts matrix that hostile
+// tests use to craft files: crate-private, public to tests with `testing`.
+#[cfg(feature = "testing")]
+pub use counts::CountsMatrix;
+#[cfg(feature = "testing")]
+pub use reader::SourceCursor;
+#[cfg(not(feature = "testing"))]
+pub(crate) use reader::SourceCursor;
+#[cfg(feature = "testing")]
 pub use resident::ResidentPartition;
+#[cfg(not(feature = "testing"))]
+pub(crate) use resident::ResidentPartition;
+#[cfg(not(feature = "testing"))]
+pub(crate) use route::RouteBuffer;
+#[cfg(feature = "testing")]
 pub use route::{RouteBuffer, ROUTE_BATCH_ROWS};
-pub use writer::RowMapWriter;
 
 use refract_core::Error;
 use refract_table::io::paths::RelativePath;

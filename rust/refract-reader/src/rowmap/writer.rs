@@ -18,7 +18,9 @@ use refract_table::io::paths::RelativePath;
 use refract_table::io::store::DatasetStore;
 use uuid::Uuid;
 
-use super::counts::{CountsMatrix, BLOCK_ROWS, MAX_DESTINATIONS};
+use refract_ledger::MAX_PARTITION_DESTINATIONS as MAX_DESTINATIONS;
+
+use super::counts::{CountsMatrix, BLOCK_ROWS};
 use super::{row_map_path, COUNTS_BUFFER_KEY, LABEL_COLUMN};
 
 /// Streams labels into `_fri/<map_id>/stable_partition.lance`, tracking the

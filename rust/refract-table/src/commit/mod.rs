@@ -2,10 +2,10 @@
 //!
 //! 1. Find the latest version (the highest `_versions/*.manifest`).
 //! 2. Rebase the transaction over every version after its read version
-//!    ([`rebase`]); an incompatible change is a retryable conflict.
+//!    (`rebase.rs`); an incompatible change is a retryable conflict.
 //! 3. Build the candidate manifest (new fragment ids from `max_fragment_id + 1`,
 //!    rewrites spliced in place) and run the [`CommitHook`].
-//!    The write gate ([`gate`]) then classifies the candidate on tables tagged
+//!    The write gate (`gate.rs`) then classifies the candidate on tables tagged
 //!    with the FRI flag and sets the flag pair for a version-1 FRI entry.
 //! 4. Publish it with put-if-absent at `latest + 1`. Losing the race loops to 1.
 //!    A put that fails *ambiguously* (the object may exist) is resolved by
@@ -16,9 +16,9 @@
 pub(crate) mod build;
 mod delete_rebase;
 pub mod fri_entry;
-pub mod gate;
+mod gate;
 mod group_remap;
-pub mod rebase;
+mod rebase;
 mod rewrite_rebase;
 
 use std::sync::Arc;
