@@ -28,6 +28,7 @@ use refract_optimize::compaction::{
 use refract_table::dataset::{Dataset, ROW_ADDRESS_COLUMN};
 use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::paths::data_file_path;
+use refract_table::io::PageLayout;
 use roaring::RoaringTreemap;
 use serde_json::json;
 
@@ -456,7 +457,7 @@ async fn bench_write_side(dataset: &Dataset) -> BenchResult<()> {
     let path = data_file_path("compaction-bench-write-side.lance")?;
     let started = Instant::now();
     let mut writer =
-        LanceFileWriter::create_keeping_batches(dataset.store(), &path, schema).await?;
+        LanceFileWriter::create(dataset.store(), &path, schema, PageLayout::KeepBatches).await?;
     for batch in &batches {
         writer.write(batch).await?;
     }

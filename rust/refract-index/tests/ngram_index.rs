@@ -14,6 +14,7 @@ use refract_index::types::ngram::trigram::{pack, trigrams, Trigram};
 use refract_index::types::ngram::{NgramIndex, NgramSegment};
 use refract_index::types::{IndexContext, IndexParams, IndexQuery, IndexType, SearchResult};
 use refract_index::{Translator, MAX_TRANSLATION_BATCH};
+use refract_table::io::PageLayout;
 use refract_table::io::{DatasetStore, LanceFileWriter, RelativePath};
 use roaring::RoaringTreemap;
 use rstest::rstest;
@@ -389,10 +390,14 @@ async fn write_raw(
     trigrams: Vec<u32>,
     postings: Vec<Vec<u8>>,
 ) {
-    let mut writer =
-        LanceFileWriter::create(&ctx.store, &postings_path(at).unwrap(), postings_schema())
-            .await
-            .unwrap();
+    let mut writer = LanceFileWriter::create(
+        &ctx.store,
+        &postings_path(at).unwrap(),
+        postings_schema(),
+        PageLayout::default(),
+    )
+    .await
+    .unwrap();
     let batch = RecordBatch::try_new(
         postings_schema(),
         vec![

@@ -21,6 +21,7 @@ use refract_index::{
     create_index, create_index_with, describe_index, drop_index, list_indices, optimize_indices,
     IndexRegistry, IndexUse, Query,
 };
+use refract_table::io::ReadOptions;
 use refract_table::io::{index_dir, LanceFileReader, RelativePath};
 use refract_table::{Dataset, IndexMetadata, Operation, Session};
 use rstest::rstest;
@@ -141,7 +142,7 @@ async fn remap_restamps_coverage_and_uuid() {
 async fn btree_rows(ds: &Dataset, meta: &IndexMetadata) -> Vec<(i32, u64)> {
     let read = |name: &'static str| async move {
         let path = index_dir(&meta.uuid).join(name).unwrap();
-        let file = LanceFileReader::open(ds.store(), &path, None, None)
+        let file = LanceFileReader::open(ds.store(), &path, ReadOptions::default())
             .await
             .unwrap();
         let batches = file.read_all(None).await.unwrap();
@@ -226,8 +227,7 @@ async fn remapped_files_hold_exactly_the_live_addresses() {
     let lookup = LanceFileReader::open(
         ds.store(),
         &index_dir(&meta.uuid).join(PAGE_LOOKUP_FILE).unwrap(),
-        None,
-        None,
+        ReadOptions::default(),
     )
     .await
     .unwrap();

@@ -17,6 +17,7 @@ use refract_reader::rowmap::{
 };
 use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::DatasetStore;
+use refract_table::io::PageLayout;
 use rstest::rstest;
 use uuid::Uuid;
 
@@ -93,9 +94,14 @@ async fn write(store: &DatasetStore, map_id: &Uuid, labels: &[Option<u16>], lie:
         _ => DataType::UInt16,
     };
     let schema = Arc::new(Schema::new(vec![Field::new(LABEL_COLUMN, data_type, true)]));
-    let mut writer = LanceFileWriter::create(store, &row_map_path(map_id), schema.clone())
-        .await
-        .unwrap();
+    let mut writer = LanceFileWriter::create(
+        store,
+        &row_map_path(map_id),
+        schema.clone(),
+        PageLayout::default(),
+    )
+    .await
+    .unwrap();
     for piece in labels.chunks(20_000) {
         let column: ArrayRef = match lie {
             Lie::LabelType => Arc::new(Int32Array::from(

@@ -19,6 +19,7 @@ use refract_reader::rowmap::{
 };
 use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::DatasetStore;
+use refract_table::io::PageLayout;
 use refract_table::testing::s3_test_location;
 use roaring::RoaringBitmap;
 use rstest::rstest;
@@ -134,7 +135,7 @@ async fn write_legacy(store: &DatasetStore, map_id: &Uuid) -> u64 {
         true,
     )]));
     let path = row_map_path(map_id);
-    let mut writer = LanceFileWriter::create(store, &path, schema.clone())
+    let mut writer = LanceFileWriter::create(store, &path, schema.clone(), PageLayout::default())
         .await
         .unwrap();
     let all: Vec<Option<u16>> = source_labels().concat();

@@ -12,6 +12,7 @@
 //! translated, and the results are scattered back to their positions. A batch
 //! that already ascends is translated as it is.
 
+use refract_table::io::PageLayout;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -64,11 +65,13 @@ pub(crate) async fn write_translated_addresses(
 ) -> Result<Option<u64>> {
     let entries = old.num_rows();
     let limit = entries / TOMBSTONE_DIVISOR;
-    let mut writer = LanceFileWriter::create_streaming(
+    let mut writer = LanceFileWriter::create(
         store,
         new_path,
         addresses_schema(),
-        STREAMING_PAGE_BYTES,
+        PageLayout::Streaming {
+            page_bytes: STREAMING_PAGE_BYTES,
+        },
     )
     .await?;
     let mut tombstones = 0u64;

@@ -22,6 +22,7 @@ use refract_table::dataset::{Dataset, ROW_ADDRESS_COLUMN};
 use refract_table::format::{DataFile, Fragment};
 use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::paths::{data_file_path, RelativePath};
+use refract_table::io::PageLayout;
 use refract_table::task::AbortOnDrop;
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
@@ -383,9 +384,13 @@ impl<'a> OutputSplitter<'a> {
         };
         let path = data_file_path(&format!("{}.lance", Uuid::new_v4()))?;
         // Scan batches own their buffers and are dropped once written.
-        let writer =
-            LanceFileWriter::create_keeping_batches(self.dataset.store(), &path, batch.schema())
-                .await?;
+        let writer = LanceFileWriter::create(
+            self.dataset.store(),
+            &path,
+            batch.schema(),
+            PageLayout::KeepBatches,
+        )
+        .await?;
         self.current = Some((writer, path, size));
         Ok(())
     }

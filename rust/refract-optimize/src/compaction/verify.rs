@@ -13,6 +13,7 @@ use refract_core::{Error, Result};
 use refract_table::dataset::Dataset;
 use refract_table::io::lance_files::LanceFileReader;
 use refract_table::io::paths::RelativePath;
+use refract_table::io::{ReadMode, ReadOptions};
 use refract_table::{Fragment, FragmentIndex};
 use roaring::RoaringTreemap;
 
@@ -214,11 +215,14 @@ async fn verify_file(dataset: &Dataset, result: &RewriteResult, file: &WrittenFi
         ));
     }
     // Uncached: thousands of files read once would only crowd the cache.
-    let reader = LanceFileReader::open_uncached(
+    let reader = LanceFileReader::open(
         dataset.store(),
         &path,
-        Some(actual),
-        file.checksum.as_ref(),
+        ReadOptions {
+            known_size: Some(actual),
+            checksum: file.checksum.as_ref(),
+            mode: ReadMode::OnePass,
+        },
     )
     .await?;
     if reader.num_rows() != num_rows || num_rows == 0 {

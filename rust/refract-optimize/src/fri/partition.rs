@@ -26,6 +26,7 @@ use refract_core::{Error, Result};
 use refract_ledger::{Ledger, MAX_PHYSICAL_ROWS};
 use refract_reader::rowmap::RowMapWriter;
 use refract_table::commit::fri_entry::load_ledger;
+use refract_table::io::PageLayout;
 use refract_table::io::{data_file_path, LanceFileWriter, RelativePath};
 use refract_table::transaction::{Operation, RewriteGroup, Transaction};
 use refract_table::{DataFile, Dataset, Fragment, Manifest};
@@ -383,7 +384,9 @@ impl Destinations {
         slot.pending_rows = 0;
         if slot.writer.is_none() {
             let path = data_file_path(&format!("{}.lance", Uuid::new_v4()))?;
-            let writer = LanceFileWriter::create(dataset.store(), &path, schema).await?;
+            let writer =
+                LanceFileWriter::create(dataset.store(), &path, schema, PageLayout::default())
+                    .await?;
             slot.writer = Some((writer, path));
         }
         if let Some((writer, _)) = slot.writer.as_mut() {

@@ -16,6 +16,7 @@ use refract_core::{Error, Result};
 use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::paths::RelativePath;
 use refract_table::io::store::DatasetStore;
+use refract_table::io::PageLayout;
 use uuid::Uuid;
 
 use refract_ledger::MAX_PARTITION_DESTINATIONS as MAX_DESTINATIONS;
@@ -70,7 +71,8 @@ impl RowMapWriter {
             true,
         )]));
         let path = row_map_path(map_id);
-        let writer = LanceFileWriter::create_page_per_batch(store, &path, schema.clone()).await?;
+        let writer =
+            LanceFileWriter::create(store, &path, schema.clone(), PageLayout::PagePerBatch).await?;
         Ok(Self {
             writer,
             path,

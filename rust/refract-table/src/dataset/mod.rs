@@ -20,6 +20,7 @@ use crate::format::manifest::manifest_error;
 use crate::format::{Fragment, Manifest};
 use crate::io::deletion_file::read_deletion_file;
 use crate::io::paths::VERSIONS_DIR;
+use crate::io::ReadOptions;
 use crate::io::{manifest_path, DatasetStore, LanceFileReader, RelativePath, StorageOptions};
 use crate::session::Session;
 use crate::transaction::{Operation, Transaction};
@@ -297,8 +298,11 @@ impl Dataset {
         let reader = LanceFileReader::open(
             &self.store,
             &file.path,
-            Some(file.size_bytes),
-            file.checksum.as_ref(),
+            ReadOptions {
+                known_size: Some(file.size_bytes),
+                checksum: file.checksum.as_ref(),
+                ..ReadOptions::default()
+            },
         )
         .await?;
         // The manifest's row count is a claim; the file decides what can be read.

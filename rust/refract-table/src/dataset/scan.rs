@@ -19,6 +19,7 @@ use super::selection::{coalesced_ranges, RowSelection, COALESCE_GAP_ROWS};
 use super::{single_data_file, Dataset};
 use crate::format::Fragment;
 use crate::io::lance_files::{LanceFileReader, PREFETCH_LIMIT_BYTES};
+use crate::io::{ReadMode, ReadOptions};
 use crate::predicate::{self, Expr};
 use crate::task::AbortOnDrop;
 
@@ -387,19 +388,25 @@ async fn fragment_stream(
     let reader = if plan.one_pass {
         let file = single_data_file(&fragment)?;
         if file.size_bytes <= PREFETCH_LIMIT_BYTES {
-            LanceFileReader::open_prefetched(
+            LanceFileReader::open(
                 dataset.store(),
                 &file.path,
-                file.size_bytes,
-                file.checksum.as_ref(),
+                ReadOptions {
+                    known_size: Some(file.size_bytes),
+                    checksum: file.checksum.as_ref(),
+                    mode: ReadMode::WholeFile,
+                },
             )
             .await?
         } else {
-            LanceFileReader::open_uncached(
+            LanceFileReader::open(
                 dataset.store(),
                 &file.path,
-                Some(file.size_bytes),
-                file.checksum.as_ref(),
+                ReadOptions {
+                    known_size: Some(file.size_bytes),
+                    checksum: file.checksum.as_ref(),
+                    mode: ReadMode::OnePass,
+                },
             )
             .await?
         }

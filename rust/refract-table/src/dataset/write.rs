@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::scan::ROW_ADDRESS_COLUMN;
 use super::Dataset;
 use crate::format::{DataFile, Fragment};
+use crate::io::PageLayout;
 use crate::io::{data_file_path, LanceFileWriter};
 use crate::transaction::Operation;
 
@@ -187,7 +188,9 @@ impl Dataset {
 
     async fn open_data_file(&self) -> Result<OpenFile> {
         let path = data_file_path(&format!("{}.lance", Uuid::new_v4()))?;
-        let writer = LanceFileWriter::create(&self.store, &path, self.schema()).await?;
+        let writer =
+            LanceFileWriter::create(&self.store, &path, self.schema(), PageLayout::default())
+                .await?;
         Ok(OpenFile {
             writer,
             path,

@@ -112,7 +112,7 @@ fn ids_of(batch: &RecordBatch) -> Vec<i64> {
 /// Writes rows 0..rows in batches of 100 to `data/<name>`.
 async fn write_test_file(store: &DatasetStore, name: &str, rows: i64) -> RelativePath {
     let file = data_file_path(name).unwrap();
-    let mut writer = LanceFileWriter::create(store, &file, test_schema())
+    let mut writer = LanceFileWriter::create(store, &file, test_schema(), PageLayout::default())
         .await
         .unwrap();
     let mut start = 0;
@@ -134,7 +134,7 @@ async fn write_test_file(store: &DatasetStore, name: &str, rows: i64) -> Relativ
 async fn lance_round_trip_preserves_every_column(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "rt.lance", 250).await;
-    let reader = LanceFileReader::open(&store, &file, None, None)
+    let reader = LanceFileReader::open(&store, &file, ReadOptions::default())
         .await
         .unwrap();
     assert_eq!(reader.num_rows(), 250);
@@ -151,17 +151,31 @@ async fn streaming_writer_and_reader_round_trip_with_tiny_buffers(#[case] backen
     let (store, _dir) = fresh(backend).await;
     let file = data_file_path("streamed.lance").unwrap();
     // 4 KiB pages: many pages per column for 3,000 rows.
-    let mut writer = LanceFileWriter::create_streaming(&store, &file, test_schema(), 4_096)
-        .await
-        .unwrap();
+    let mut writer = LanceFileWriter::create(
+        &store,
+        &file,
+        test_schema(),
+        PageLayout::Streaming { page_bytes: 4_096 },
+    )
+    .await
+    .unwrap();
     for start in (0..3_000).step_by(250) {
         writer.write(&test_batch(start, 250)).await.unwrap();
     }
     assert_eq!(writer.finish().await.unwrap().num_rows, 3_000);
     // A read budget far below one page still reads every row, in order.
-    let reader = LanceFileReader::open_streaming(&store, &file, None, None, 1_024)
-        .await
-        .unwrap();
+    let reader = LanceFileReader::open(
+        &store,
+        &file,
+        ReadOptions {
+            mode: ReadMode::Streaming {
+                read_buffer_bytes: 1_024,
+            },
+            ..ReadOptions::default()
+        },
+    )
+    .await
+    .unwrap();
     let all = concat(&reader.read_all(None).await.unwrap());
     assert_eq!(all, test_batch(0, 3_000));
     let window: Vec<RecordBatch> = reader
@@ -173,15 +187,25 @@ async fn streaming_writer_and_reader_round_trip_with_tiny_buffers(#[case] backen
         .unwrap();
     assert_eq!(concat(&window), test_batch(1_234, 16));
 
-    let zero_page = LanceFileWriter::create_streaming(
+    let zero_page = LanceFileWriter::create(
         &store,
         &data_file_path("zero.lance").unwrap(),
         test_schema(),
-        0,
+        PageLayout::Streaming { page_bytes: 0 },
     )
     .await;
     assert!(matches!(zero_page, Err(Error::InvalidInput { .. })));
-    let zero_budget = LanceFileReader::open_streaming(&store, &file, None, None, 0).await;
+    let zero_budget = LanceFileReader::open(
+        &store,
+        &file,
+        ReadOptions {
+            mode: ReadMode::Streaming {
+                read_buffer_bytes: 0,
+            },
+            ..ReadOptions::default()
+        },
+    )
+    .await;
     assert!(matches!(zero_budget, Err(Error::InvalidInput { .. })));
     let nothing = store.head(&data_file_path("zero.lance").unwrap()).await;
     assert!(
@@ -197,7 +221,7 @@ async fn streaming_writer_and_reader_round_trip_with_tiny_buffers(#[case] backen
 async fn range_reads_return_exact_rows(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "range.lance", 300).await;
-    let reader = LanceFileReader::open(&store, &file, None, None)
+    let reader = LanceFileReader::open(&store, &file, ReadOptions::default())
         .await
         .unwrap();
 
@@ -338,7 +362,7 @@ async fn streaming_uploads_put_small_files_once_and_big_ones_in_parts(#[case] ba
 async fn read_ahead_streams_every_window_in_order(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "ahead.lance", 300).await;
-    let reader = LanceFileReader::open(&store, &file, None, None)
+    let reader = LanceFileReader::open(&store, &file, ReadOptions::default())
         .await
         .unwrap();
     for (window, ahead) in [(7, 1), (50, 3), (300, 1), (1_000, 2)] {
@@ -368,7 +392,7 @@ async fn read_ahead_reads_at_most_ahead_windows_beyond_the_consumer() {
     use std::time::{Duration, Instant};
     let (store, _dir) = fresh(Backend::Memory).await;
     let file = write_test_file(&store, "bound.lance", 300).await;
-    let reader = LanceFileReader::open(&store, &file, None, None)
+    let reader = LanceFileReader::open(&store, &file, ReadOptions::default())
         .await
         .unwrap();
     for ahead in [1usize, 3] {
@@ -418,7 +442,7 @@ async fn window_rows(reader: &LanceFileReader, size: WindowSize, rows: i64) -> V
 async fn read_ahead_sizes_windows_by_bytes(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "bytes.lance", 300).await;
-    let reader = LanceFileReader::open(&store, &file, None, None)
+    let reader = LanceFileReader::open(&store, &file, ReadOptions::default())
         .await
         .unwrap();
     // Rows larger than the target: one row per window.
@@ -456,7 +480,7 @@ async fn read_ahead_sizes_windows_by_bytes(#[case] backend: Backend) {
 async fn take_keeps_caller_order_and_duplicates(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = write_test_file(&store, "take.lance", 300).await;
-    let reader = LanceFileReader::open(&store, &file, None, None)
+    let reader = LanceFileReader::open(&store, &file, ReadOptions::default())
         .await
         .unwrap();
 
@@ -494,7 +518,7 @@ proptest::proptest! {
         runtime.block_on(async {
             let (store, _dir) = fresh(Backend::Memory).await;
             let file = write_test_file(&store, "prop.lance", 120).await;
-            let reader = LanceFileReader::open(&store, &file, None, None).await.unwrap();
+            let reader = LanceFileReader::open(&store, &file, ReadOptions::default()).await.unwrap();
             let taken = reader.take(&offsets, Some(&["id"])).await.unwrap();
             let expected: Vec<i64> = offsets.iter().map(|&o| i64::from(o)).collect();
             assert_eq!(ids_of(&taken), expected);
@@ -509,7 +533,7 @@ proptest::proptest! {
 async fn global_buffers_and_schema_metadata_round_trip(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = data_file_path("gb.lance").unwrap();
-    let mut writer = LanceFileWriter::create(&store, &file, test_schema())
+    let mut writer = LanceFileWriter::create(&store, &file, test_schema(), PageLayout::default())
         .await
         .unwrap();
     let first = writer
@@ -523,7 +547,7 @@ async fn global_buffers_and_schema_metadata_round_trip(#[case] backend: Backend)
     writer.finish().await.unwrap();
     assert_eq!((first, second), (1, 2));
 
-    let reader = LanceFileReader::open(&store, &file, None, None)
+    let reader = LanceFileReader::open(&store, &file, ReadOptions::default())
         .await
         .unwrap();
     assert_eq!(
@@ -555,7 +579,7 @@ async fn global_buffers_and_schema_metadata_round_trip(#[case] backend: Backend)
 async fn writer_rejects_mismatched_batches_and_existing_paths(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = data_file_path("mismatch.lance").unwrap();
-    let mut writer = LanceFileWriter::create(&store, &file, test_schema())
+    let mut writer = LanceFileWriter::create(&store, &file, test_schema(), PageLayout::default())
         .await
         .unwrap();
     let other = RecordBatch::try_new(
@@ -586,7 +610,7 @@ async fn writer_rejects_mismatched_batches_and_existing_paths(#[case] backend: B
     writer.finish().await.unwrap();
 
     assert!(matches!(
-        LanceFileWriter::create(&store, &file, test_schema()).await,
+        LanceFileWriter::create(&store, &file, test_schema(), PageLayout::default()).await,
         Err(Error::InvalidInput { .. })
     ));
 }
@@ -598,7 +622,7 @@ async fn writer_rejects_mismatched_batches_and_existing_paths(#[case] backend: B
 async fn dropped_writer_leaves_nothing(#[case] backend: Backend) {
     let (store, _dir) = fresh(backend).await;
     let file = data_file_path("dropped.lance").unwrap();
-    let mut writer = LanceFileWriter::create(&store, &file, test_schema())
+    let mut writer = LanceFileWriter::create(&store, &file, test_schema(), PageLayout::default())
         .await
         .unwrap();
     writer.write(&test_batch(0, 10)).await.unwrap();
@@ -614,7 +638,7 @@ async fn missing_and_truncated_lance_files_are_errors(#[case] backend: Backend) 
     let (store, _dir) = fresh(backend).await;
     let missing = data_file_path("missing.lance").unwrap();
     assert!(matches!(
-        LanceFileReader::open(&store, &missing, None, None).await,
+        LanceFileReader::open(&store, &missing, ReadOptions::default()).await,
         Err(Error::NotFound { .. })
     ));
 
@@ -628,12 +652,21 @@ async fn missing_and_truncated_lance_files_are_errors(#[case] backend: Backend) 
     ] {
         let truncated = data_file_path(name).unwrap();
         store.put(&truncated, bytes.slice(..len)).await.unwrap();
-        match LanceFileReader::open(&store, &truncated, None, None).await {
+        match LanceFileReader::open(&store, &truncated, ReadOptions::default()).await {
             Err(Error::Corrupt { .. }) => {}
             other => panic!("{name}: expected Corrupt, got {other:?}"),
         }
         // With the size the manifest recorded for the intact file.
-        match LanceFileReader::open(&store, &truncated, Some(bytes.len() as u64), None).await {
+        match LanceFileReader::open(
+            &store,
+            &truncated,
+            ReadOptions {
+                known_size: Some(bytes.len() as u64),
+                ..ReadOptions::default()
+            },
+        )
+        .await
+        {
             Err(Error::Corrupt { .. }) => {}
             other => panic!("{name} with known size: expected Corrupt, got {other:?}"),
         }
@@ -655,9 +688,16 @@ async fn request_counting_sees_lance_io(#[case] backend: Backend) {
 
     store.reset_stats();
     let size = store.head(&file).await.unwrap();
-    let reader = LanceFileReader::open(&store, &file, Some(size), None)
-        .await
-        .unwrap();
+    let reader = LanceFileReader::open(
+        &store,
+        &file,
+        ReadOptions {
+            known_size: Some(size),
+            ..ReadOptions::default()
+        },
+    )
+    .await
+    .unwrap();
     reader.read_all(None).await.unwrap();
     let read = store.stats();
     assert_eq!(read.heads, 1, "{read:?}");
@@ -930,7 +970,7 @@ async fn fault_injection_through_a_dataset_store() {
     let puts_before = fault.calls(CallKind::Put);
     fault.fail_nth(CallKind::Put, puts_before, FaultMode::Clean);
     let file = data_file_path("f1.lance").unwrap();
-    let mut writer = LanceFileWriter::create(&store, &file, test_schema())
+    let mut writer = LanceFileWriter::create(&store, &file, test_schema(), PageLayout::default())
         .await
         .unwrap();
     writer.write(&test_batch(0, 20)).await.unwrap();
@@ -939,12 +979,12 @@ async fn fault_injection_through_a_dataset_store() {
 
     let puts_before = fault.calls(CallKind::Put);
     fault.fail_nth(CallKind::Put, puts_before, FaultMode::Ambiguous);
-    let mut writer = LanceFileWriter::create(&store, &file, test_schema())
+    let mut writer = LanceFileWriter::create(&store, &file, test_schema(), PageLayout::default())
         .await
         .unwrap();
     writer.write(&test_batch(0, 20)).await.unwrap();
     assert!(writer.finish().await.is_err());
-    let reader = LanceFileReader::open(&store, &file, None, None)
+    let reader = LanceFileReader::open(&store, &file, ReadOptions::default())
         .await
         .unwrap();
     assert_eq!(
@@ -955,7 +995,7 @@ async fn fault_injection_through_a_dataset_store() {
     // A read fault surfaces as an External error, not Corrupt or a panic. (A new
     // file: the footer of f1 is already in the store's Lance metadata cache.)
     let other = data_file_path("f2.lance").unwrap();
-    let mut writer = LanceFileWriter::create(&store, &other, test_schema())
+    let mut writer = LanceFileWriter::create(&store, &other, test_schema(), PageLayout::default())
         .await
         .unwrap();
     writer.write(&test_batch(0, 20)).await.unwrap();
@@ -968,7 +1008,7 @@ async fn fault_injection_through_a_dataset_store() {
             fault.fail_nth(kind, before + attempt, FaultMode::Clean);
         }
     }
-    let err = LanceFileReader::open(&store, &other, None, None)
+    let err = LanceFileReader::open(&store, &other, ReadOptions::default())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::External { .. }), "{err:?}");

@@ -28,6 +28,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::TryStreamExt;
 use refract_core::{Error, Result};
+use refract_table::io::PageLayout;
 use refract_table::io::{LanceFileWriter, RelativePath};
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
@@ -351,8 +352,10 @@ impl BitmapWriter {
             Some(file) => file,
             None => {
                 let path = self.dir.join(BITMAP_FILE)?;
-                self.file
-                    .insert(LanceFileWriter::create(&self.ctx.store, &path, schema).await?)
+                self.file.insert(
+                    LanceFileWriter::create(&self.ctx.store, &path, schema, PageLayout::default())
+                        .await?,
+                )
             }
         };
         file.write(&batch).await

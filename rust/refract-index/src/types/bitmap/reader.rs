@@ -9,6 +9,7 @@ use arrow_schema::DataType;
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use refract_core::{CacheKey, CacheNamespace, DeepSize, Error, KeyParts, Result};
+use refract_table::io::ReadOptions;
 use refract_table::io::{LanceFileReader, RelativePath};
 use roaring::RoaringTreemap;
 
@@ -79,7 +80,8 @@ pub(crate) async fn open(
     if details.num_keys == 0 {
         return Ok(BitmapSegment { inner: None });
     }
-    let file = LanceFileReader::open(&ctx.store, &dir.join(BITMAP_FILE)?, None, None).await?;
+    let file =
+        LanceFileReader::open(&ctx.store, &dir.join(BITMAP_FILE)?, ReadOptions::default()).await?;
     let columns = check_schema(&file)?;
     if file.num_rows() != details.num_keys || file.num_rows() > u64::from(u32::MAX) {
         return Err(Error::corrupt(

@@ -11,6 +11,7 @@
 
 use futures::TryStreamExt;
 use refract_core::{Error, Result};
+use refract_table::io::ReadOptions;
 use refract_table::io::{LanceFileReader, RelativePath};
 use roaring::RoaringTreemap;
 
@@ -31,7 +32,12 @@ pub(crate) async fn remap(
     if details.num_keys == 0 {
         return Ok(details.clone());
     }
-    let file = LanceFileReader::open(&ctx.store, &old_dir.join(BITMAP_FILE)?, None, None).await?;
+    let file = LanceFileReader::open(
+        &ctx.store,
+        &old_dir.join(BITMAP_FILE)?,
+        ReadOptions::default(),
+    )
+    .await?;
     let value_type = check_schema(&file)?.value_type;
     if file.num_rows() != details.num_keys {
         return Err(Error::corrupt(

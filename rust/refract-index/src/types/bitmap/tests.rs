@@ -12,6 +12,7 @@ use futures::stream;
 use refract_core::Error;
 use refract_core::{row_address, FragmentRows, RewriteGroupInput, RowAddrRemap, Translator};
 use refract_table::io::LanceFileWriter;
+use refract_table::io::PageLayout;
 use refract_table::io::RelativePath;
 use refract_table::predicate::Literal;
 use roaring::RoaringTreemap;
@@ -249,9 +250,14 @@ async fn write_file(
         ),
     };
     let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
-    let mut writer = LanceFileWriter::create(&ctx.store, &dir.join(BITMAP_FILE).unwrap(), schema)
-        .await
-        .unwrap();
+    let mut writer = LanceFileWriter::create(
+        &ctx.store,
+        &dir.join(BITMAP_FILE).unwrap(),
+        schema,
+        PageLayout::default(),
+    )
+    .await
+    .unwrap();
     writer.write(&batch).await.unwrap();
     writer.finish().await.unwrap();
     BitmapDetails {

@@ -8,6 +8,7 @@ use arrow_array::{Array, ArrayRef, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, RelativePath, STREAMING_READ_BUFFER_BYTES};
+use refract_table::io::{ReadMode, ReadOptions};
 
 use super::{
     BTreeDetails, ADDRESSES_FILE, ADDR_COLUMN, BTREE_VERSION, LEGACY_PAGE_DATA_FILE, VALUES_FILE,
@@ -67,14 +68,19 @@ impl SegmentFiles {
         let open = |name: &'static str| async move {
             let path = dir.join(name)?;
             match caching {
-                Caching::Cached => LanceFileReader::open(&ctx.store, &path, None, None).await,
+                Caching::Cached => {
+                    LanceFileReader::open(&ctx.store, &path, ReadOptions::default()).await
+                }
                 Caching::Streaming => {
-                    LanceFileReader::open_streaming(
+                    LanceFileReader::open(
                         &ctx.store,
                         &path,
-                        None,
-                        None,
-                        STREAMING_READ_BUFFER_BYTES,
+                        ReadOptions {
+                            mode: ReadMode::Streaming {
+                                read_buffer_bytes: STREAMING_READ_BUFFER_BYTES,
+                            },
+                            ..ReadOptions::default()
+                        },
                     )
                     .await
                 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use refract_core::{Error, Result};
+use refract_table::io::PageLayout;
 use refract_table::io::{LanceFileWriter, RelativePath};
 
 use super::files::values_schema;
@@ -156,7 +157,8 @@ impl PageWriter {
         )
         .map_err(|e| Error::external("assembling the btree page lookup", e))?;
         let path = self.dir.join(PAGE_LOOKUP_FILE)?;
-        let mut writer = LanceFileWriter::create(&self.ctx.store, &path, schema).await?;
+        let mut writer =
+            LanceFileWriter::create(&self.ctx.store, &path, schema, PageLayout::default()).await?;
         writer.write(&batch).await?;
         writer.finish().await?;
         Ok(())
@@ -175,12 +177,14 @@ impl DataWriters {
             &ctx.store,
             &dir.join(VALUES_FILE)?,
             values_schema(value_type),
+            PageLayout::default(),
         )
         .await?;
         let addresses = match LanceFileWriter::create(
             &ctx.store,
             &dir.join(ADDRESSES_FILE)?,
             addresses_schema(),
+            PageLayout::default(),
         )
         .await
         {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arrow_array::{Array, RecordBatch, UInt32Array};
 use async_trait::async_trait;
 use refract_core::{CacheKey, CacheNamespace, DeepSize, Error, KeyParts, Result};
+use refract_table::io::ReadOptions;
 use refract_table::io::{LanceFileReader, RelativePath};
 use roaring::RoaringTreemap;
 
@@ -76,7 +77,7 @@ pub(crate) async fn open(
     let lookup_path = dir.join(PAGE_LOOKUP_FILE)?;
     let (files, lookup_file) = futures::try_join!(
         SegmentFiles::open(ctx, dir, details, Caching::Cached),
-        LanceFileReader::open(&ctx.store, &lookup_path, None, None)
+        LanceFileReader::open(&ctx.store, &lookup_path, ReadOptions::default())
     )?;
     let pages = lookup::load(&lookup_file, files.value_type(), files.entries()).await?;
     Ok(BTreeSegment {

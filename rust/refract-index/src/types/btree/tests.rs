@@ -12,6 +12,7 @@ use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, LanceFileWriter, RelativePath};
+use refract_table::io::{PageLayout, ReadOptions};
 use refract_table::predicate::Literal;
 use roaring::RoaringTreemap;
 use rstest::rstest;
@@ -463,9 +464,10 @@ async fn damaged_addresses_file_is_a_typed_error(#[case] damage: Damage) {
             .unwrap(),
         Damage::FewerRows => {
             let schema = crate::types::addresses::addresses_schema();
-            let mut writer = LanceFileWriter::create(&ctx.store, &path, schema.clone())
-                .await
-                .unwrap();
+            let mut writer =
+                LanceFileWriter::create(&ctx.store, &path, schema.clone(), PageLayout::default())
+                    .await
+                    .unwrap();
             let batch =
                 RecordBatch::try_new(schema, vec![Arc::new(UInt64Array::from(vec![1u64; 499]))])
                     .unwrap();
@@ -536,7 +538,7 @@ async fn legacy_copy(ctx: &IndexContext, from: &Segment, name: &str) -> Segment 
         let path = from.dir.join(file).unwrap();
         let store = ctx.store.clone();
         async move {
-            let reader = LanceFileReader::open(&store, &path, None, None)
+            let reader = LanceFileReader::open(&store, &path, ReadOptions::default())
                 .await
                 .unwrap();
             let batches = reader.read_all(None).await.unwrap();
@@ -551,6 +553,7 @@ async fn legacy_copy(ctx: &IndexContext, from: &Segment, name: &str) -> Segment 
         &ctx.store,
         &dir.join(LEGACY_PAGE_DATA_FILE).unwrap(),
         schema.clone(),
+        PageLayout::default(),
     )
     .await
     .unwrap();

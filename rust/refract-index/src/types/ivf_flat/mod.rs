@@ -39,6 +39,7 @@ use futures::stream::BoxStream;
 use futures::TryStreamExt;
 use refract_core::{Error, Result};
 use refract_table::io::{LanceFileReader, LanceFileWriter, RelativePath};
+use refract_table::io::{PageLayout, ReadOptions};
 use serde::{Deserialize, Serialize};
 
 use super::addresses::{
@@ -120,8 +121,10 @@ pub(crate) async fn open_file(
     dir: &RelativePath,
     details: &IvfFlatDetails,
 ) -> Result<OpenedFile> {
-    let vectors = LanceFileReader::open(&ctx.store, &vectors_path(dir)?, None, None).await?;
-    let addresses = LanceFileReader::open(&ctx.store, &addresses_path(dir)?, None, None).await?;
+    let vectors =
+        LanceFileReader::open(&ctx.store, &vectors_path(dir)?, ReadOptions::default()).await?;
+    let addresses =
+        LanceFileReader::open(&ctx.store, &addresses_path(dir)?, ReadOptions::default()).await?;
     let corrupt = |message: String| Error::corrupt("ivf_flat index file", message);
     let schema = vectors.schema();
     let buffer_index: u32 = schema
@@ -171,10 +174,20 @@ async fn write_files(
     batches: impl Iterator<Item = Result<(RecordBatch, UInt64Array)>>,
     layout: &IvfLayout,
 ) -> Result<()> {
-    let mut vectors =
-        LanceFileWriter::create(&ctx.store, &vectors_path(dir)?, vectors_schema(dim)?).await?;
-    let mut addresses =
-        LanceFileWriter::create(&ctx.store, &addresses_path(dir)?, addresses_schema()).await?;
+    let mut vectors = LanceFileWriter::create(
+        &ctx.store,
+        &vectors_path(dir)?,
+        vectors_schema(dim)?,
+        PageLayout::default(),
+    )
+    .await?;
+    let mut addresses = LanceFileWriter::create(
+        &ctx.store,
+        &addresses_path(dir)?,
+        addresses_schema(),
+        PageLayout::default(),
+    )
+    .await?;
     for batch in batches {
         let (batch, addrs) = batch?;
         vectors.write(&batch).await?;
@@ -215,10 +228,20 @@ async fn remap_rewriting(
     let mut translation = AddressTranslation::default();
     let dim = old.layout.dim;
     let mut lengths = vec![0u64; old.layout.partitions()];
-    let mut vectors =
-        LanceFileWriter::create(&ctx.store, &vectors_path(new_dir)?, vectors_schema(dim)?).await?;
-    let mut addresses =
-        LanceFileWriter::create(&ctx.store, &addresses_path(new_dir)?, addresses_schema()).await?;
+    let mut vectors = LanceFileWriter::create(
+        &ctx.store,
+        &vectors_path(new_dir)?,
+        vectors_schema(dim)?,
+        PageLayout::default(),
+    )
+    .await?;
+    let mut addresses = LanceFileWriter::create(
+        &ctx.store,
+        &addresses_path(new_dir)?,
+        addresses_schema(),
+        PageLayout::default(),
+    )
+    .await?;
     let mut last = 0u32;
     for rows in bounded_pieces(0..old.vectors.num_rows(), REMAP_STEP_ROWS) {
         let stored = read_addresses(&old.addresses, rows.clone(), WHAT).await?;

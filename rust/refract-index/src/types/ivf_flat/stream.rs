@@ -24,6 +24,7 @@
 //! holds a few MiB. Beyond these fixed amounts a build keeps 4 bytes a row
 //! (each spilled row's partition).
 
+use refract_table::io::{PageLayout, ReadMode, ReadOptions};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -283,11 +284,13 @@ impl Intake<'_> {
         let kept = self.memory.as_ref().map_or(0, CollectedVectors::len);
         let held = (kept + vectors.len()) * row_bytes(dim);
         if self.spill.is_none() && held > self.limits.memory_bytes {
-            let mut writer = LanceFileWriter::create_streaming(
+            let mut writer = LanceFileWriter::create(
                 &self.ctx.store,
                 self.spill_path,
                 spill_schema(dim)?,
-                STREAMING_PAGE_BYTES,
+                PageLayout::Streaming {
+                    page_bytes: STREAMING_PAGE_BYTES,
+                },
             )
             .await?;
             if let Some(memory) = self.memory.take() {
@@ -456,12 +459,15 @@ impl Spilled<'_> {
         metric: Metric,
         report: &mut BuildReport,
     ) -> Result<IvfLayout> {
-        let reader = LanceFileReader::open_streaming(
+        let reader = LanceFileReader::open(
             &self.ctx.store,
             self.path,
-            None,
-            None,
-            STREAMING_READ_BUFFER_BYTES,
+            ReadOptions {
+                mode: ReadMode::Streaming {
+                    read_buffer_bytes: STREAMING_READ_BUFFER_BYTES,
+                },
+                ..ReadOptions::default()
+            },
         )
         .await?;
         if reader.num_rows() != self.rows {
@@ -493,18 +499,22 @@ impl Spilled<'_> {
         };
         // Streaming writers: Lance's own upload keeps up to eleven parts of
         // 5 MiB or more per file in memory, which would be most of the budget.
-        let mut vectors = LanceFileWriter::create_streaming(
+        let mut vectors = LanceFileWriter::create(
             &self.ctx.store,
             &vectors_path(self.dir)?,
             vectors_schema(dim)?,
-            STREAMING_PAGE_BYTES,
+            PageLayout::Streaming {
+                page_bytes: STREAMING_PAGE_BYTES,
+            },
         )
         .await?;
-        let mut addresses = LanceFileWriter::create_streaming(
+        let mut addresses = LanceFileWriter::create(
             &self.ctx.store,
             &addresses_path(self.dir)?,
             addresses_schema(),
-            STREAMING_PAGE_BYTES,
+            PageLayout::Streaming {
+                page_bytes: STREAMING_PAGE_BYTES,
+            },
         )
         .await?;
         let budget = u64::try_from(self.limits.memory_bytes).unwrap_or(u64::MAX);

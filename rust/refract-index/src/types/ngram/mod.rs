@@ -29,6 +29,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use refract_core::{Error, Result};
 use refract_table::io::{read_ahead, LanceFileReader, RelativePath, WindowSize};
+use refract_table::io::{ReadMode, ReadOptions};
 use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 
@@ -94,7 +95,8 @@ async fn open_postings(
     dir: &RelativePath,
     details: &NgramDetails,
 ) -> Result<LanceFileReader> {
-    let reader = LanceFileReader::open(&ctx.store, &postings_path(dir)?, None, None).await?;
+    let reader =
+        LanceFileReader::open(&ctx.store, &postings_path(dir)?, ReadOptions::default()).await?;
     check_postings(reader, details)
 }
 
@@ -202,12 +204,15 @@ impl IndexType for NgramIndex {
         let details = NgramDetails::decode(details)?;
         // One pass over the old file in small windows: a small read-ahead and
         // small page buffers keep the remap's memory off the file's size.
-        let reader = LanceFileReader::open_streaming(
+        let reader = LanceFileReader::open(
             &ctx.store,
             &postings_path(old_dir)?,
-            None,
-            None,
-            REMAP_READ_BUFFER_BYTES,
+            ReadOptions {
+                mode: ReadMode::Streaming {
+                    read_buffer_bytes: REMAP_READ_BUFFER_BYTES,
+                },
+                ..ReadOptions::default()
+            },
         )
         .await?;
         let reader = check_postings(reader, &details)?;

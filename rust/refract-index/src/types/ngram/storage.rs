@@ -2,6 +2,7 @@
 //! `(trigram: UInt32, posting: LargeBinary)`, trigrams strictly ascending.
 //! Postings are serialized `RoaringTreemap`s of stored row addresses.
 
+use refract_table::io::PageLayout;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -57,8 +58,13 @@ pub struct PostingsWriter {
 impl PostingsWriter {
     /// Starts the postings file of the segment at `dir`.
     pub async fn create(store: &DatasetStore, dir: &RelativePath) -> Result<Self> {
-        let writer =
-            LanceFileWriter::create(store, &postings_path(dir)?, postings_schema()).await?;
+        let writer = LanceFileWriter::create(
+            store,
+            &postings_path(dir)?,
+            postings_schema(),
+            PageLayout::default(),
+        )
+        .await?;
         Ok(Self::around(writer, WRITE_BATCH_BYTES))
     }
 
@@ -66,11 +72,13 @@ impl PostingsWriter {
     /// handed to Lance, and Lance writes pages, every [`STREAMING_PAGE_BYTES`]
     /// instead of every 8 MiB, so the rewrite's memory stays small.
     pub async fn create_streaming(store: &DatasetStore, dir: &RelativePath) -> Result<Self> {
-        let writer = LanceFileWriter::create_streaming(
+        let writer = LanceFileWriter::create(
             store,
             &postings_path(dir)?,
             postings_schema(),
-            STREAMING_PAGE_BYTES,
+            PageLayout::Streaming {
+                page_bytes: STREAMING_PAGE_BYTES,
+            },
         )
         .await?;
         // The page size is a small usize on every supported target.

@@ -13,11 +13,11 @@ use std::sync::LazyLock;
 use lance_core::cache::LanceCache;
 use lance_file::version::ConcreteFileVersion;
 
-/// I/O budget of a streaming reader ([`LanceFileReader::open_streaming`]) for
+/// I/O budget of a streaming reader ([`ReadMode::Streaming`]) for
 /// index remaps, which consume the old file in small windows.
 pub const STREAMING_READ_BUFFER_BYTES: u64 = 8 * 1024 * 1024;
 /// Page buffer per column of a streaming writer
-/// ([`LanceFileWriter::create_streaming`]) for index remaps.
+/// ([`PageLayout::Streaming`]) for index remaps.
 pub const STREAMING_PAGE_BYTES: u64 = 1024 * 1024;
 
 /// Bytes one reader may have in flight. lance's `max_bandwidth` default is
@@ -64,7 +64,7 @@ enum MetadataCaching {
 /// reader would build a cache structure per file for nothing).
 static NO_METADATA_CACHE: LazyLock<LanceCache> = LazyLock::new(LanceCache::no_cache);
 
-/// Largest file [`LanceFileReader::open_prefetched`] fetches whole.
+/// Largest file [`ReadMode::WholeFile`] fetches whole.
 pub const PREFETCH_LIMIT_BYTES: u64 = 4 << 20;
 /// Block size of the in-memory store behind a prefetched file: reads there
 /// cost nothing, so coalesce generously.
@@ -151,11 +151,13 @@ pub(crate) fn check_footer_fits(path: &RelativePath, size: u64) -> Result<()> {
     Ok(())
 }
 
+mod options;
 #[cfg(test)]
 mod prefetch_tests;
 mod reader;
 mod writer;
 
+pub use options::{PageLayout, ReadMode, ReadOptions};
 pub use reader::LanceFileReader;
 pub(crate) use writer::written_summary;
 pub use writer::LanceFileWriter;

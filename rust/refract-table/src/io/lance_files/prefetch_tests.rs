@@ -42,9 +42,9 @@ fn batch(start: i64, n: usize) -> RecordBatch {
 async fn write(store: &DatasetStore, at: &RelativePath, rows: usize, keep: bool) -> u64 {
     let schema = batch(0, 0).schema();
     let mut writer = if keep {
-        LanceFileWriter::create_keeping_batches(store, at, schema).await
+        LanceFileWriter::create(store, at, schema, PageLayout::KeepBatches).await
     } else {
-        LanceFileWriter::create(store, at, schema).await
+        LanceFileWriter::create(store, at, schema, PageLayout::default()).await
     }
     .unwrap();
     for start in (0..rows).step_by(100) {
@@ -66,15 +66,38 @@ async fn prefetched_and_uncached_readers_read_what_was_written(#[case] keep: boo
     let size = write(&store, &at, 1_050, keep).await;
     let expected = batch(0, 1_050);
     for reader in [
-        LanceFileReader::open_prefetched(&store, &at, size, None)
-            .await
-            .unwrap(),
-        LanceFileReader::open_uncached(&store, &at, Some(size), None)
-            .await
-            .unwrap(),
-        LanceFileReader::open(&store, &at, Some(size), None)
-            .await
-            .unwrap(),
+        LanceFileReader::open(
+            &store,
+            &at,
+            ReadOptions {
+                known_size: Some(size),
+                mode: ReadMode::WholeFile,
+                ..ReadOptions::default()
+            },
+        )
+        .await
+        .unwrap(),
+        LanceFileReader::open(
+            &store,
+            &at,
+            ReadOptions {
+                known_size: Some(size),
+                mode: ReadMode::OnePass,
+                ..ReadOptions::default()
+            },
+        )
+        .await
+        .unwrap(),
+        LanceFileReader::open(
+            &store,
+            &at,
+            ReadOptions {
+                known_size: Some(size),
+                ..ReadOptions::default()
+            },
+        )
+        .await
+        .unwrap(),
     ] {
         assert_eq!(reader.num_rows(), 1_050);
         let batches = reader.read_all(None).await.unwrap();
@@ -96,9 +119,17 @@ async fn prefetching_costs_one_whole_get() {
     let at = path("data/a.lance");
     let size = write(&store, &at, 500, false).await;
     store.reset_stats();
-    let reader = LanceFileReader::open_prefetched(&store, &at, size, None)
-        .await
-        .unwrap();
+    let reader = LanceFileReader::open(
+        &store,
+        &at,
+        ReadOptions {
+            known_size: Some(size),
+            mode: ReadMode::WholeFile,
+            ..ReadOptions::default()
+        },
+    )
+    .await
+    .unwrap();
     reader.read_all(None).await.unwrap();
     let stats = store.stats();
     assert_eq!(
@@ -112,13 +143,62 @@ async fn prefetching_refuses_bad_sizes_and_missing_files() {
     let store = memory_store().await;
     let at = path("data/a.lance");
     let size = write(&store, &at, 200, false).await;
-    let wrong = LanceFileReader::open_prefetched(&store, &at, size + 1, None).await;
+    let wrong = LanceFileReader::open(
+        &store,
+        &at,
+        ReadOptions {
+            known_size: Some(size + 1),
+            mode: ReadMode::WholeFile,
+            ..ReadOptions::default()
+        },
+    )
+    .await;
     assert!(matches!(wrong, Err(Error::Corrupt { .. })), "{wrong:?}");
-    let short = LanceFileReader::open_prefetched(&store, &at, 10, None).await;
+    let short = LanceFileReader::open(
+        &store,
+        &at,
+        ReadOptions {
+            known_size: Some(10),
+            mode: ReadMode::WholeFile,
+            ..ReadOptions::default()
+        },
+    )
+    .await;
     assert!(matches!(short, Err(Error::Corrupt { .. })), "{short:?}");
-    let huge = LanceFileReader::open_prefetched(&store, &at, PREFETCH_LIMIT_BYTES + 1, None).await;
+    let huge = LanceFileReader::open(
+        &store,
+        &at,
+        ReadOptions {
+            known_size: Some(PREFETCH_LIMIT_BYTES + 1),
+            mode: ReadMode::WholeFile,
+            ..ReadOptions::default()
+        },
+    )
+    .await;
     assert!(matches!(huge, Err(Error::InvalidInput { .. })), "{huge:?}");
-    let missing = LanceFileReader::open_prefetched(&store, &path("data/b.lance"), size, None).await;
+    let unsized_read = LanceFileReader::open(
+        &store,
+        &at,
+        ReadOptions {
+            mode: ReadMode::WholeFile,
+            ..ReadOptions::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        unsized_read.unwrap_err().to_string(),
+        "invalid input: Lance file data/a.lance is fetched whole only with its size known"
+    );
+    let missing = LanceFileReader::open(
+        &store,
+        &path("data/b.lance"),
+        ReadOptions {
+            known_size: Some(size),
+            mode: ReadMode::WholeFile,
+            ..ReadOptions::default()
+        },
+    )
+    .await;
     assert!(
         matches!(missing, Err(Error::NotFound { .. })),
         "{missing:?}"
@@ -129,6 +209,15 @@ async fn prefetching_refuses_bad_sizes_and_missing_files() {
         .put(&junk, Bytes::from(vec![7u8; 4_096]))
         .await
         .unwrap();
-    let garbage = LanceFileReader::open_prefetched(&store, &junk, 4_096, None).await;
+    let garbage = LanceFileReader::open(
+        &store,
+        &junk,
+        ReadOptions {
+            known_size: Some(4_096),
+            mode: ReadMode::WholeFile,
+            ..ReadOptions::default()
+        },
+    )
+    .await;
     assert!(matches!(garbage, Err(Error::Corrupt { .. })), "{garbage:?}");
 }

@@ -171,75 +171,50 @@ impl std::fmt::Debug for LanceFileReader {
 }
 
 impl LanceFileReader {
-    /// Opens the file at `path`; missing → NotFound, undecodable → Corrupt.
-    /// `known_size` (from the manifest) saves a HEAD request; with the
-    /// `checksum` the metadata referencing the file recorded, every read
-    /// verifies the blocks it touches (a mismatch is Corrupt naming the
-    /// block). The file's
-    /// metadata is cached in the store's Lance cache for later opens.
+    /// Opens the file at `path` as `options` say (see [`ReadOptions`] and
+    /// [`ReadMode`]).
+    ///
+    /// # Errors
+    /// NotFound for a missing file; Corrupt for one Lance cannot decode, of
+    /// another size than `known_size`, or failing its checksum; InvalidInput
+    /// for a zero streaming buffer, or a whole-file read without a known size
+    /// or over [`PREFETCH_LIMIT_BYTES`]; External for store failures.
     pub async fn open(
         store: &DatasetStore,
         path: &RelativePath,
-        known_size: Option<u64>,
-        checksum: Option<&FileChecksum>,
+        options: ReadOptions<'_>,
     ) -> Result<Self> {
+        let ReadOptions {
+            known_size,
+            checksum,
+            mode,
+        } = options;
+        let (caching, read_buffer_bytes) = match mode {
+            ReadMode::Cached => (MetadataCaching::Store, READ_BUFFER_BYTES),
+            ReadMode::OnePass => (MetadataCaching::None, READ_BUFFER_BYTES),
+            ReadMode::Streaming { read_buffer_bytes } => {
+                if read_buffer_bytes == 0 {
+                    return Err(Error::invalid_input(format!(
+                        "read buffer of Lance file {path} must be at least one byte"
+                    )));
+                }
+                (MetadataCaching::None, read_buffer_bytes)
+            }
+            ReadMode::WholeFile => {
+                let size = known_size.ok_or_else(|| {
+                    Error::invalid_input(format!(
+                        "Lance file {path} is fetched whole only with its size known"
+                    ))
+                })?;
+                return Self::open_whole(store, path, size, checksum).await;
+            }
+        };
         Self::open_with(
             store,
             path,
             known_size,
             checksum,
-            MetadataCaching::Store,
-            READ_BUFFER_BYTES,
-        )
-        .await
-    }
-
-    /// Like [`Self::open`], but nothing about the file is kept in the store's
-    /// Lance cache: for one-pass reads of files that are about to be replaced
-    /// (compaction), where caching thousands of small files' metadata only
-    /// evicts useful entries and leaves long-lived allocations behind.
-    pub async fn open_uncached(
-        store: &DatasetStore,
-        path: &RelativePath,
-        known_size: Option<u64>,
-        checksum: Option<&FileChecksum>,
-    ) -> Result<Self> {
-        Self::open_with(
-            store,
-            path,
-            known_size,
-            checksum,
-            MetadataCaching::None,
-            READ_BUFFER_BYTES,
-        )
-        .await
-    }
-
-    /// Like [`Self::open_uncached`], with at most `read_buffer_bytes` of I/O
-    /// in flight instead of [`READ_BUFFER_BYTES`]: for one-pass streaming
-    /// reads whose consumer works through small windows (index remaps,
-    /// [`STREAMING_READ_BUFFER_BYTES`]), so read-ahead does not hold far more
-    /// of the file than is being rewritten. The budget is a back-pressure
-    /// limit, not a cap on one request: a single page larger than it is
-    /// still read. Zero is InvalidInput.
-    pub async fn open_streaming(
-        store: &DatasetStore,
-        path: &RelativePath,
-        known_size: Option<u64>,
-        checksum: Option<&FileChecksum>,
-        read_buffer_bytes: u64,
-    ) -> Result<Self> {
-        if read_buffer_bytes == 0 {
-            return Err(Error::invalid_input(format!(
-                "read buffer of Lance file {path} must be at least one byte"
-            )));
-        }
-        Self::open_with(
-            store,
-            path,
-            known_size,
-            checksum,
-            MetadataCaching::None,
+            caching,
             read_buffer_bytes,
         )
         .await
@@ -283,12 +258,8 @@ impl LanceFileReader {
         }
     }
 
-    /// Fetches the whole file in one request and opens a reader on the bytes in
-    /// memory; nothing is cached. For one-pass reads of small files (compaction
-    /// sources), where Lance's ranged reads would cost several requests per
-    /// file. `size` is the size the manifest records: a file of another size is
-    /// Corrupt; a size over [`PREFETCH_LIMIT_BYTES`] is InvalidInput.
-    pub async fn open_prefetched(
+    /// [`ReadMode::WholeFile`]: one GET, then a reader on the bytes in memory.
+    async fn open_whole(
         store: &DatasetStore,
         path: &RelativePath,
         size: u64,

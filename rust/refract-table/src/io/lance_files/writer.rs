@@ -32,87 +32,51 @@ pub struct LanceFileWriter {
 }
 
 impl LanceFileWriter {
-    /// Starts a file at `path` with `schema`. The path must not exist yet (data
-    /// paths are immutable: Lance caches metadata by path).
+    /// Starts a file at `path` with `schema`, its pages laid out as `layout`
+    /// says. The path must not exist yet (data paths are immutable: Lance
+    /// caches metadata by path).
+    ///
+    /// # Errors
+    /// InvalidInput for an existing path, a schema Lance cannot store or a
+    /// zero streaming page size; External for store failures.
     pub async fn create(
         store: &DatasetStore,
         path: &RelativePath,
         schema: SchemaRef,
+        layout: PageLayout,
     ) -> Result<Self> {
-        Self::create_with(store, path, schema, FileWriterOptions::default()).await
-    }
-
-    /// Like [`Self::create`], for writers fed with batches they may keep: the
-    /// arrays of each batch are held by reference until their page is written
-    /// instead of being copied first. Use it when batches own their buffers
-    /// and are dropped after writing (compaction outputs), so keeping them
-    /// costs no more memory than the copy would.
-    pub async fn create_keeping_batches(
-        store: &DatasetStore,
-        path: &RelativePath,
-        schema: SchemaRef,
-    ) -> Result<Self> {
-        let options = FileWriterOptions {
-            keep_original_array: Some(true),
-            ..FileWriterOptions::default()
+        let options = match layout {
+            PageLayout::Buffered => FileWriterOptions::default(),
+            PageLayout::KeepBatches => FileWriterOptions {
+                keep_original_array: Some(true),
+                ..FileWriterOptions::default()
+            },
+            PageLayout::PagePerBatch => FileWriterOptions {
+                data_cache_bytes: Some(1),
+                ..FileWriterOptions::default()
+            },
+            PageLayout::Streaming { page_bytes } => {
+                if page_bytes == 0 {
+                    return Err(Error::invalid_input(format!(
+                        "page buffer of Lance file {path} must be at least one byte"
+                    )));
+                }
+                let columns = u64::try_from(schema.fields().len().max(1)).unwrap_or(u64::MAX);
+                let options = FileWriterOptions {
+                    keep_original_array: Some(true),
+                    data_cache_bytes: Some(page_bytes.saturating_mul(columns)),
+                    ..FileWriterOptions::default()
+                };
+                // Small upload parts too, so the upload buffers stay as small.
+                // ...unless the store needs bigger parts (S3 and GCS: 5 MiB).
+                let sink = Sink::Streaming {
+                    part_bytes: usize::try_from(page_bytes)
+                        .unwrap_or(usize::MAX)
+                        .max(store.min_part_bytes()),
+                };
+                return Self::create_into(store, path, schema, options, sink).await;
+            }
         };
-        Self::create_with(store, path, schema, options).await
-    }
-
-    /// Like [`Self::create_keeping_batches`], buffering about `page_bytes`
-    /// of data per column before a page is encoded and written (Lance's
-    /// default is 8 MiB per column). For one-pass rewrites of index files
-    /// (remaps, [`STREAMING_PAGE_BYTES`]) whose memory should not follow
-    /// Lance's page buffers; smaller pages cost a little more page metadata.
-    /// Zero is InvalidInput.
-    pub async fn create_streaming(
-        store: &DatasetStore,
-        path: &RelativePath,
-        schema: SchemaRef,
-        page_bytes: u64,
-    ) -> Result<Self> {
-        if page_bytes == 0 {
-            return Err(Error::invalid_input(format!(
-                "page buffer of Lance file {path} must be at least one byte"
-            )));
-        }
-        let columns = u64::try_from(schema.fields().len().max(1)).unwrap_or(u64::MAX);
-        let options = FileWriterOptions {
-            keep_original_array: Some(true),
-            data_cache_bytes: Some(page_bytes.saturating_mul(columns)),
-            ..FileWriterOptions::default()
-        };
-        // Small upload parts too, so the upload buffers stay as small.
-        // ...unless the store needs bigger parts (S3 and GCS: 5 MiB).
-        let sink = Sink::Streaming {
-            part_bytes: usize::try_from(page_bytes)
-                .unwrap_or(usize::MAX)
-                .max(store.min_part_bytes()),
-        };
-        Self::create_into(store, path, schema, options, sink).await
-    }
-
-    /// Like [`Self::create`], writing every batch as its own page with
-    /// (almost) nothing buffered between batches: for files whose readers
-    /// fetch whole batches by page (row maps, one page per label block).
-    pub async fn create_page_per_batch(
-        store: &DatasetStore,
-        path: &RelativePath,
-        schema: SchemaRef,
-    ) -> Result<Self> {
-        let options = FileWriterOptions {
-            data_cache_bytes: Some(1),
-            ..FileWriterOptions::default()
-        };
-        Self::create_with(store, path, schema, options).await
-    }
-
-    async fn create_with(
-        store: &DatasetStore,
-        path: &RelativePath,
-        schema: SchemaRef,
-        options: FileWriterOptions,
-    ) -> Result<Self> {
         Self::create_into(store, path, schema, options, Sink::Lance).await
     }
 
