@@ -9,7 +9,9 @@ use std::sync::Arc;
 use roaring::RoaringBitmap;
 
 use crate::cache::DeepSize;
+use crate::error::Result;
 use crate::remap::{LookupCursor, RowAddrRemap};
+use crate::translate::Translator;
 
 /// Remaps applied in order, oldest first. Empty remaps are dropped.
 #[derive(Debug, Clone, Default)]
@@ -147,6 +149,26 @@ fn apply_step(
     match step.get_with(current, cursor) {
         None => state,
         hit => hit,
+    }
+}
+
+impl Translator for RemapChain {
+    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        // An untouched address maps to itself, so `out` alone carries the state
+        // between steps: each step rewrites the live entries in place.
+        out.clear();
+        out.extend(batch.iter().map(|a| Some(*a)));
+        for step in self.steps() {
+            let mut cursor = LookupCursor::default();
+            for slot in out.iter_mut() {
+                if let Some(current) = *slot {
+                    if let Some(next) = step.get_with(current, &mut cursor) {
+                        *slot = next;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 

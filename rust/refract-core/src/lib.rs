@@ -51,6 +51,7 @@ pub mod deletion;
 pub use address::{row_address, RowAddress};
 pub use deletion::DeletionVector;
 pub mod chain;
+mod hashmap_size;
 pub mod mapping;
 pub mod materialize;
 mod ranked;
@@ -62,9 +63,10 @@ pub mod translate;
 
 pub use chain::RemapChain;
 pub use mapping::{MappingReader, OrderedCompactionMapping};
+pub use hashmap_size::estimate_hashmap_bytes;
 pub use materialize::{
-    estimate_hashmap_bytes, estimate_materialize_bytes, materialize, materialize_async,
-    MaterializeBudget, DEFAULT_MATERIALIZE_BUDGET_BYTES,
+    estimate_materialize_bytes, materialize, materialize_async, MaterializeBudget,
+    DEFAULT_MATERIALIZE_BUDGET_BYTES,
 };
 pub use ranked::RankedLayout;
 pub use remap::{CompactRemap, FragmentRows, RemapCursor, RewriteGroupInput, RowAddrRemap};

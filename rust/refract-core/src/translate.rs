@@ -5,15 +5,16 @@
 //! Callers never hand a translator more than [`MAX_TRANSLATION_BATCH`] addresses at
 //! once — bitmap compression can hide millions of rows behind a few bytes, and the
 //! drivers here keep the working set of a rewrite bounded whatever the input size.
+//!
+//! The traits depend on no implementation: `RowAddrRemap` (`remap`) and
+//! `RemapChain` (`chain`) implement [`Translator`] where they are defined.
 
 use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
 use crate::address::row_address;
-use crate::chain::RemapChain;
 use crate::error::Result;
-use crate::remap::{LookupCursor, RowAddrRemap};
 
 /// The most addresses a translator is given in one call.
 pub const MAX_TRANSLATION_BATCH: usize = 65_536;
@@ -103,85 +104,6 @@ pub trait BatchTranslator: Send + Sync {
 impl<T: Translator + ?Sized> BatchTranslator for T {
     async fn translate_batch(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
         self.translate(batch, out)
-    }
-}
-
-impl Translator for RowAddrRemap {
-    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
-        out.clear();
-        out.reserve(batch.len());
-        let mut cursor = LookupCursor::default();
-        out.extend(
-            batch
-                .iter()
-                .map(|a| self.get_with(*a, &mut cursor).unwrap_or(Some(*a))),
-        );
-        Ok(())
-    }
-
-    fn translate_part(
-        &self,
-        fragment: u32,
-        part: &RoaringBitmap,
-        sink: &mut dyn AddressSink,
-    ) -> Result<bool> {
-        match self {
-            RowAddrRemap::Compact(compact) => compact.translate_part(fragment, part, sink),
-            RowAddrRemap::Direct(map) => {
-                for offset in part {
-                    let address = row_address(fragment, offset);
-                    if let Some(new) = map.get(&address).copied().unwrap_or(Some(address)) {
-                        sink.push(new);
-                    }
-                }
-            }
-        }
-        Ok(true)
-    }
-
-    fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
-        let RowAddrRemap::Compact(compact) = self else {
-            // A direct map may send neighbouring rows anywhere.
-            return Ok(None);
-        };
-        if min > max {
-            return Ok(None);
-        }
-        let (first, last) = (row_address(fragment, min), row_address(fragment, max));
-        Ok(match (compact.get(first), compact.get(last)) {
-            // Not rows of a rewritten fragment: every offset maps to itself.
-            (None, None) => Some(row_address(fragment, 0)),
-            // Compaction keeps the order of survivors and numbers them
-            // consecutively within each new fragment (one range per id), so
-            // two ends in one fragment exactly `max - min` apart mean that
-            // every row between them survived and moved by the same amount.
-            (Some(Some(a)), Some(Some(b)))
-                if a >> 32 == b >> 32 && b.wrapping_sub(a) == u64::from(max - min) =>
-            {
-                Some(a.wrapping_sub(u64::from(min)))
-            }
-            _ => None,
-        })
-    }
-}
-
-impl Translator for RemapChain {
-    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
-        // An untouched address maps to itself, so `out` alone carries the state
-        // between steps: each step rewrites the live entries in place.
-        out.clear();
-        out.extend(batch.iter().map(|a| Some(*a)));
-        for step in self.steps() {
-            let mut cursor = LookupCursor::default();
-            for slot in out.iter_mut() {
-                if let Some(current) = *slot {
-                    if let Some(next) = step.get_with(current, &mut cursor) {
-                        *slot = next;
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 }
 
@@ -307,7 +229,9 @@ fn fill_batch(iter: &mut impl Iterator<Item = u64>, batch: &mut Vec<u64>) -> boo
 pub(crate) mod tests {
     use super::*;
     use crate::address::row_address as ra;
+    use crate::chain::RemapChain;
     use crate::remap::tests::{group_a, group_b};
+    use crate::remap::RowAddrRemap;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 

@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 use crate::address::row_address;
 use crate::cache::DeepSize;
 use crate::error::{Error, Result};
-use crate::materialize::estimate_hashmap_bytes;
+use crate::hashmap_size::estimate_hashmap_bytes;
 use crate::ranked::{last_le_by, RankedLayout, RankedOffsets};
-use crate::translate::AddressSink;
+use crate::translate::{AddressSink, Translator};
 
 /// A fragment id and its physical row count (deleted rows included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -633,6 +633,67 @@ impl RowAddrRemap {
                 size_of::<Self>() as u64 + estimate_hashmap_bytes(m.capacity() as u64)
             }
         }
+    }
+}
+
+/// A remap translates as its lookup answers: an unaffected address maps to
+/// itself.
+impl Translator for RowAddrRemap {
+    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
+        out.clear();
+        out.reserve(batch.len());
+        let mut cursor = LookupCursor::default();
+        out.extend(
+            batch
+                .iter()
+                .map(|a| self.get_with(*a, &mut cursor).unwrap_or(Some(*a))),
+        );
+        Ok(())
+    }
+
+    fn translate_part(
+        &self,
+        fragment: u32,
+        part: &RoaringBitmap,
+        sink: &mut dyn AddressSink,
+    ) -> Result<bool> {
+        match self {
+            RowAddrRemap::Compact(compact) => compact.translate_part(fragment, part, sink),
+            RowAddrRemap::Direct(map) => {
+                for offset in part {
+                    let address = row_address(fragment, offset);
+                    if let Some(new) = map.get(&address).copied().unwrap_or(Some(address)) {
+                        sink.push(new);
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
+        let RowAddrRemap::Compact(compact) = self else {
+            // A direct map may send neighbouring rows anywhere.
+            return Ok(None);
+        };
+        if min > max {
+            return Ok(None);
+        }
+        let (first, last) = (row_address(fragment, min), row_address(fragment, max));
+        Ok(match (compact.get(first), compact.get(last)) {
+            // Not rows of a rewritten fragment: every offset maps to itself.
+            (None, None) => Some(row_address(fragment, 0)),
+            // Compaction keeps the order of survivors and numbers them
+            // consecutively within each new fragment (one range per id), so
+            // two ends in one fragment exactly `max - min` apart mean that
+            // every row between them survived and moved by the same amount.
+            (Some(Some(a)), Some(Some(b)))
+                if a >> 32 == b >> 32 && b.wrapping_sub(a) == u64::from(max - min) =>
+            {
+                Some(a.wrapping_sub(u64::from(min)))
+            }
+            _ => None,
+        })
     }
 }
 
