@@ -9,35 +9,35 @@
 //! workers held two to three times its live heap in RSS (docs/benchmarks.md,
 //! "One rewrite thread").
 //!
-//! There is one thread per available core (at most [`MAX_THREADS`]), started
-//! on first use and kept for the life of the process, so I/O objects opened
-//! on them stay usable. A rewrite goes to the least busy thread, the first
-//! one on ties: rewrites in sequence share one thread (and one arena), and
-//! concurrent ones — several tables maintained at once — still run in
-//! parallel.
+//! A rewrite goes to the least busy thread, the first one on ties: rewrites
+//! in sequence share one thread (and one arena), and concurrent ones —
+//! several tables maintained at once — still run in parallel. The threads
+//! belong to a [`crate::runtime::MaintenanceRuntime`]; they stop when it is
+//! dropped.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use refract_core::{Error, Result};
 use refract_table::task::AbortOnDrop;
 use tokio::runtime::Handle;
 
-/// Most rewrite threads, whatever the machine.
-pub const MAX_THREADS: usize = 8;
-
 /// Name of every rewrite thread.
-pub const THREAD_NAME: &str = "refract-rewrite";
+pub(crate) const THREAD_NAME: &str = "refract-rewrite";
 
 /// One rewrite thread: its runtime and the rewrites running on it.
 struct RewriteThread {
     handle: Handle,
     running: Arc<AtomicUsize>,
+    /// Dropping it ends the thread (its runtime is dropped on it).
+    _stop: tokio::sync::oneshot::Sender<()>,
+    #[cfg(test)]
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// A set of rewrite threads (the process has one, [`on_rewrite_thread`]).
-pub struct RewriteThreads {
+/// A set of rewrite threads, owned by a [`crate::runtime::MaintenanceRuntime`].
+pub(crate) struct RewriteThreads {
     threads: Vec<RewriteThread>,
     /// Rewrites started so far.
     started: AtomicU64,
@@ -45,8 +45,8 @@ pub struct RewriteThreads {
 
 impl RewriteThreads {
     /// Starts `count` threads (at least one), each driving a current-thread
-    /// runtime for as long as the process lives.
-    pub fn start(count: usize) -> Result<Self> {
+    /// runtime until the set is dropped.
+    pub(crate) fn start(count: usize) -> Result<Self> {
         let threads = (0..count.max(1))
             .map(|_| start_thread())
             .collect::<std::io::Result<Vec<_>>>()
@@ -58,17 +58,17 @@ impl RewriteThreads {
     }
 
     /// How many threads there are.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.threads.len()
     }
 
     /// True when there are no threads (never, once started).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.threads.is_empty()
     }
 
     /// Rewrites running now, over all threads.
-    pub fn running(&self) -> usize {
+    pub(crate) fn running(&self) -> usize {
         self.threads
             .iter()
             .map(|t| t.running.load(Ordering::SeqCst))
@@ -76,13 +76,13 @@ impl RewriteThreads {
     }
 
     /// Rewrites started on these threads so far (diagnostics and tests).
-    pub fn started(&self) -> u64 {
+    pub(crate) fn started(&self) -> u64 {
         self.started.load(Ordering::SeqCst)
     }
 
     /// Runs `work` on the least busy thread (the first on ties) and awaits
     /// its result. Everything `work` spawns runs on that thread too.
-    pub async fn run<T, F>(&self, work: F) -> Result<T>
+    pub(crate) async fn run<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
         F: Future<Output = Result<T>> + Send + 'static,
@@ -106,19 +106,29 @@ impl RewriteThreads {
     }
 }
 
-/// Starts one thread driving a current-thread runtime for the life of the
-/// process: tasks spawned through its handle run on it.
+/// Starts one thread driving a current-thread runtime until its stop
+/// sender is dropped: tasks spawned through its handle run on it.
 fn start_thread() -> std::io::Result<RewriteThread> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let handle = runtime.handle().clone();
-    std::thread::Builder::new()
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
         .name(THREAD_NAME.to_string())
-        .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+        .spawn(move || {
+            // Returns when the stop sender is dropped; the runtime, and any
+            // task still on it, is dropped here, on its own thread.
+            let _ = runtime.block_on(stopped);
+        })?;
+    #[cfg(not(test))]
+    drop(thread);
     Ok(RewriteThread {
         handle,
         running: Arc::new(AtomicUsize::new(0)),
+        _stop: stop,
+        #[cfg(test)]
+        thread: Some(thread),
     })
 }
 
@@ -139,62 +149,20 @@ impl Drop for Running {
     }
 }
 
-static THREADS: OnceLock<std::result::Result<RewriteThreads, String>> = OnceLock::new();
-
-/// The process's rewrite threads: one per available core, at most
-/// [`MAX_THREADS`], started on first use.
-pub fn rewrite_threads() -> Result<&'static RewriteThreads> {
-    THREADS
-        .get_or_init(|| {
-            let count = std::thread::available_parallelism()
-                .map_or(1, usize::from)
-                .clamp(1, MAX_THREADS);
-            RewriteThreads::start(count).map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| {
-            Error::external(
-                "starting the rewrite threads",
-                std::io::Error::other(e.clone()),
-            )
-        })
-}
-
-/// Runs `work` on the least busy of the process's rewrite threads and
-/// awaits its result. Everything `work` spawns runs on that thread too.
-pub async fn on_rewrite_thread<T, F>(work: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: Future<Output = Result<T>> + Send + 'static,
-{
-    rewrite_threads()?.run(work).await
+impl RewriteThreads {
+    /// The threads' join handles (tests of shutdown).
+    #[cfg(test)]
+    pub(crate) fn take_join_handles(&mut self) -> Vec<std::thread::JoinHandle<()>> {
+        self.threads
+            .iter_mut()
+            .filter_map(|t| t.thread.take())
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn work_and_what_it_spawns_run_on_one_rewrite_thread() {
-        let names = on_rewrite_thread(async {
-            let here = std::thread::current().id();
-            let spawned = tokio::spawn(async { std::thread::current().id() })
-                .await
-                .map_err(|e| Error::external("test task", e))?;
-            let name = std::thread::current().name().map(str::to_string);
-            Ok((here == spawned, name))
-        })
-        .await
-        .unwrap();
-        assert_eq!(names, (true, Some(THREAD_NAME.to_string())));
-        // Errors come back as they are.
-        let err = on_rewrite_thread(async { Err::<(), _>(Error::invalid_input("nope")) })
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
-        let count = rewrite_threads().unwrap().len();
-        assert!((1..=MAX_THREADS).contains(&count), "{count} threads");
-    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn rewrites_in_sequence_share_a_thread_and_concurrent_ones_spread() {

@@ -11,7 +11,10 @@ use common::dataset_with_fragments;
 use refract_index::manage::create_index;
 use refract_index::query::Query;
 use refract_index::types::IndexParams;
+use std::sync::Arc;
+
 use refract_optimize::compaction::{compact_files, CompactionOptions};
+use refract_optimize::runtime::{MaintenanceRuntime, MaintenanceRuntimeOptions};
 use refract_table::dataset::Dataset;
 use support::scan_ids;
 
@@ -55,13 +58,23 @@ async fn btree_and_bitmap_follow_an_inline_compaction() {
         target_rows_per_fragment: 1_000,
         ..CompactionOptions::default()
     };
-    let threads = refract_optimize::rewrite_threads::rewrite_threads().unwrap();
-    let started = threads.started();
-    let metrics = compact_files(&mut dataset, &options, None).await.unwrap();
+    // The host's own maintenance runtime: every rewrite runs on its thread.
+    let runtime = Arc::new(
+        MaintenanceRuntime::new(MaintenanceRuntimeOptions {
+            rewrite_threads: 1,
+            remap_workers: 1,
+        })
+        .unwrap(),
+    );
+    let metrics = runtime
+        .scope(compact_files(&mut dataset, &options, None))
+        .await
+        .unwrap();
     assert!(metrics.committed_version.is_some());
-    assert!(
-        threads.started() > started,
-        "the inline remap ran on a rewrite thread"
+    assert_eq!(
+        runtime.rewrites_started(),
+        1,
+        "the inline remap ran once (one commit attempt), on the scope's thread"
     );
     assert_eq!(dataset.fragments().len(), 1);
     let new_id = dataset.fragments()[0].id as u32;

@@ -15,6 +15,7 @@ use refract_optimize::fri::fri_uuid;
 use refract_optimize::remap::{
     remap_indices, RemapOptions, SegmentStatus, SkipReason, UnchangedReason,
 };
+use refract_optimize::runtime::{MaintenanceRuntime, MaintenanceRuntimeOptions};
 use refract_optimize::trim::trim_fri;
 use refract_table::transaction::Operation;
 use refract_table::{Dataset, IndexMetadata};
@@ -56,19 +57,16 @@ async fn mixed_chain_remaps_every_type_onto_live_addresses() {
     let mut dataset = mixed_chain("mixed").await;
     assert_queries_match(&dataset, builtins()).await;
     let read_version = dataset.version();
-    let threads = refract_optimize::rewrite_threads::rewrite_threads().unwrap();
-    let started = threads.started();
-    let report = remap_indices(&mut dataset, RemapOptions::default())
+    let runtime = Arc::new(MaintenanceRuntime::new(MaintenanceRuntimeOptions::default()).unwrap());
+    let report = runtime
+        .scope(remap_indices(&mut dataset, RemapOptions::default()))
         .await
         .unwrap();
     assert_eq!(report.read_version, read_version);
     assert_eq!(report.committed_version, Some(read_version + 1));
     assert_eq!(report.remapped(), 4, "{report:#?}");
     // Prepared (in-memory) translators: every segment on a rewrite thread.
-    assert!(
-        threads.started() >= started + 4,
-        "rewrites on the rewrite threads"
-    );
+    assert_eq!(runtime.rewrites_started(), 4, "rewrites on the scope's threads");
     let live = live_addresses(&dataset, None).await;
     assert_eq!(live.len(), 570);
     for (name, _, index_type) in INDICES {

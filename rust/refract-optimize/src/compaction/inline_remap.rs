@@ -19,7 +19,7 @@ use refract_table::CommitHook;
 use roaring::RoaringTreemap;
 
 use super::execute::RewriteResult;
-use crate::rewrite_threads::on_rewrite_thread;
+use crate::runtime::on_rewrite_thread;
 
 /// What one rewrite group needs for the remap, captured from its task result.
 #[derive(Debug, Clone)]
@@ -130,7 +130,7 @@ impl CommitHook for InlineRemapHook {
             })
             .collect();
         // On a rewrite thread: the segment rewrites' allocations stay on one
-        // thread (see `crate::rewrite_threads`).
+        // thread (see `crate::runtime`).
         let (dataset, based_on) = (dataset.clone(), candidate.clone());
         let (registry, budget) = (self.registry.clone(), self.budget);
         let rewrite = on_rewrite_thread(async move {

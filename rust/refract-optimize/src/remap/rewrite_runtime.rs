@@ -2,54 +2,28 @@
 //!
 //! Index types call their translator synchronously (`refract_core::Translator`).
 //! A rewrite whose translator answers from memory (a compaction's remap, a
-//! prepared segment translator) runs on a rewrite thread
-//! ([`crate::rewrite_threads`]), all on one thread.
+//! prepared segment translator) runs on a rewrite thread, all on one thread.
 //!
 //! A translator that reads row maps from storage is called synchronously but
 //! must await I/O, so that rewrite runs as a task on a small dedicated
-//! multi-threaded runtime, where each translation batch (at most 65,536
-//! addresses) is driven to completion with `block_in_place`.
+//! multi-threaded runtime (the remap runtime), where each translation batch
+//! (at most 65,536 addresses) is driven to completion with `block_in_place`.
 //!
 //! Either way the caller's runtime is never blocked — it just awaits the task
 //! — so this works under current-thread and multi-threaded runtimes alike, and
-//! I/O objects opened on either side stay usable (both runtimes live as long
-//! as the process).
+//! I/O objects opened on either side stay usable (both belong to the current
+//! [`crate::runtime::MaintenanceRuntime`], which outlives the rewrite).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use refract_core::{BatchTranslator, Error, Result, Translator};
 use refract_index::{remap_segment, IndexContext, IndexRegistry, RemapOptions, RemapOutcome};
 use refract_table::task::AbortOnDrop;
 use refract_table::IndexMetadata;
 use roaring::RoaringBitmap;
-use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
+use tokio::runtime::{Handle, RuntimeFlavor};
 
-use crate::rewrite_threads::on_rewrite_thread;
-
-/// Worker threads of the rewrite runtime (a blocked worker hands its core on,
-/// so two are enough on any machine).
-const WORKERS: usize = 2;
-
-static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
-
-fn runtime() -> Result<&'static Runtime> {
-    RUNTIME
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(WORKERS)
-                .thread_name("refract-remap")
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| {
-            Error::external(
-                "starting the remap runtime",
-                std::io::Error::other(e.clone()),
-            )
-        })
-}
+use crate::runtime::{current, on_rewrite_thread};
 
 /// A synchronous view of an async translator, valid only on a worker of a
 /// multi-threaded runtime (checked, never a panic).
@@ -108,7 +82,9 @@ pub(crate) async fn rewrite_segment(job: RewriteJob) -> Result<RemapOutcome> {
         JobTranslator::InMemory(translator) => on_rewrite_thread(rewrite(translator)).await,
         JobTranslator::Blocking(inner) => {
             let translator = Arc::new(BlockingTranslator { inner });
-            AbortOnDrop::spawn_on(runtime()?.handle(), rewrite(translator))
+            // Held until the rewrite ends: its runtime runs the task.
+            let runtime = current()?;
+            AbortOnDrop::spawn_on(runtime.remap_handle()?, rewrite(translator))
                 .join("index segment rewrite task")
                 .await?
         }
@@ -139,7 +115,9 @@ mod tests {
         let translator = BlockingTranslator {
             inner: inner.clone(),
         };
-        let out = runtime()
+        let runtime = current().unwrap();
+        let out = runtime
+            .remap_handle()
             .unwrap()
             .spawn(async move {
                 let mut out = Vec::new();
