@@ -62,8 +62,8 @@ pub mod roaring_format;
 pub mod translate;
 
 pub use chain::RemapChain;
-pub use mapping::{MappingReader, OrderedCompactionMapping};
 pub use hashmap_size::estimate_hashmap_bytes;
+pub use mapping::{MappingReader, OrderedCompactionMapping};
 pub use materialize::{
     estimate_materialize_bytes, materialize, materialize_async, MaterializeBudget,
     DEFAULT_MATERIALIZE_BUDGET_BYTES,

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::mem::size_of;
 
 use crate::address::row_address;
-use crate::hashmap_size::estimate_hashmap_bytes;
 use crate::error::{Error, Result};
+use crate::hashmap_size::estimate_hashmap_bytes;
 use crate::translate::MAX_TRANSLATION_BATCH;
 use crate::translate::{translate_stream, translate_stream_async, BatchTranslator, Translator};
 
@@ -167,7 +167,6 @@ mod tests {
     use crate::remap::tests::{fr, tm};
     use crate::remap::{RewriteGroupInput, RowAddrRemap};
     use crate::translate::tests::CountingTranslator;
-    use rstest::rstest;
     use std::sync::atomic::Ordering;
 
     #[test]

@@ -62,12 +62,8 @@ impl RewriteThreads {
         self.threads.len()
     }
 
-    /// True when there are no threads (never, once started).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.threads.is_empty()
-    }
-
     /// Rewrites running now, over all threads.
+    #[cfg(test)]
     pub(crate) fn running(&self) -> usize {
         self.threads
             .iter()

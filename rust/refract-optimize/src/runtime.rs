@@ -139,10 +139,7 @@ impl MaintenanceRuntime {
             })
             .clone()
             .map_err(|e| {
-                Error::external(
-                    "starting the maintenance runtime",
-                    std::io::Error::other(e),
-                )
+                Error::external("starting the maintenance runtime", std::io::Error::other(e))
             })
     }
 
@@ -231,7 +228,10 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
         let count = MaintenanceRuntime::shared().unwrap().rewrite_threads();
-        assert!((1..=MAX_REWRITE_THREADS).contains(&count), "{count} threads");
+        assert!(
+            (1..=MAX_REWRITE_THREADS).contains(&count),
+            "{count} threads"
+        );
     }
 
     #[tokio::test]

@@ -66,7 +66,11 @@ async fn mixed_chain_remaps_every_type_onto_live_addresses() {
     assert_eq!(report.committed_version, Some(read_version + 1));
     assert_eq!(report.remapped(), 4, "{report:#?}");
     // Prepared (in-memory) translators: every segment on a rewrite thread.
-    assert_eq!(runtime.rewrites_started(), 4, "rewrites on the scope's threads");
+    assert_eq!(
+        runtime.rewrites_started(),
+        4,
+        "rewrites on the scope's threads"
+    );
     let live = live_addresses(&dataset, None).await;
     assert_eq!(live.len(), 570);
     for (name, _, index_type) in INDICES {
