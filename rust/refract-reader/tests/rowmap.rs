@@ -13,9 +13,10 @@ use arrow_schema::{DataType, Field, Schema};
 use bytes::Bytes;
 use refract_core::cache::ByteWeightedCache;
 use refract_core::{Error, RowAddress, MAX_TRANSLATION_BATCH};
+use refract_optimize::fri::RowMapWriter;
 use refract_reader::rowmap::{
     row_map_path, ChunkCacheMode, CountsMatrix, ResidentPartition, RouteBuffer, RowMapReader,
-    RowMapSource, RowMapWriter, BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN, ROUTE_BATCH_ROWS,
+    RowMapSource, BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN, ROUTE_BATCH_ROWS,
 };
 use refract_table::io::lance_files::LanceFileWriter;
 use refract_table::io::DatasetStore;

@@ -15,6 +15,7 @@ pub mod deferred;
 pub mod describe;
 pub mod labels;
 pub mod partition;
+mod row_map_writer;
 
 pub use deferred::{
     deferred_remap_hook, legacy_deferred_remap_hook, preserve_history, DeferredRemapHook,
@@ -24,3 +25,4 @@ pub use describe::{describe_fri, DigestDescription, FriDescription, TransitionDe
 pub use labels::PartitionBy;
 pub use partition::{partition_fragments, PartitionMetrics, PartitionOptions};
 pub use refract_table::commit::fri_entry::{fri_uuid, load_ledger, new_fri_entry};
+pub use row_map_writer::{RowMapWriter, WrittenRowMap};

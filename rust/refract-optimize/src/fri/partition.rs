@@ -16,6 +16,7 @@
 //! otherwise no index can hold the sources' addresses and nothing needs
 //! translating, so neither is written.
 
+use super::row_map_writer::RowMapWriter;
 use arrow::compute::{concat_batches, take_record_batch};
 use arrow_array::builder::UInt16Builder;
 use arrow_array::{RecordBatch, UInt32Array};
@@ -24,7 +25,6 @@ use futures::StreamExt;
 use refract_core::checksum::FileChecksum;
 use refract_core::{Error, Result};
 use refract_ledger::{Ledger, MAX_PHYSICAL_ROWS};
-use refract_reader::rowmap::RowMapWriter;
 use refract_table::commit::fri_entry::load_ledger;
 use refract_table::io::PageLayout;
 use refract_table::io::{data_file_path, LanceFileWriter, RelativePath};

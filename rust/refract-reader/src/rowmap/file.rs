@@ -8,7 +8,7 @@
 //! byte span of every page buffer the rows need, fetches it with one ranged
 //! GET and lets Lance decode from those bytes (see [`SpanReader`]).
 //!
-//! Any page layout reads correctly; files written by [`super::RowMapWriter`]
+//! Any page layout reads correctly; files written by `refract_optimize::fri::RowMapWriter`
 //! hold one page per block, so a chunk's span is exactly its 32 pages.
 
 use std::ops::Range;

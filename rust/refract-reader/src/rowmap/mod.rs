@@ -11,8 +11,9 @@
 //! label chunk — or, with the chunk cache disabled, a block — is one ranged GET
 //! of the pages it needs, which the writer lays out one per block.
 //!
-//! The writer lives here too so the format has one owner; `partition_fragments`
-//! (refract-optimize) calls it.
+//! This module owns the format (the layout above and the counts matrix); the
+//! writer lives where row maps are written, next to `partition_fragments`
+//! (`refract_optimize::fri::RowMapWriter`).
 
 mod counts;
 mod file;
@@ -21,16 +22,12 @@ mod reader;
 mod resident;
 mod route;
 mod span;
-mod writer;
 
-pub use counts::BLOCK_ROWS;
+pub use counts::{CountsMatrix, BLOCK_ROWS};
 pub use reader::{ChunkCacheMode, RowMapReader, RowMapSource, BLOCKS_PER_CHUNK};
-pub use writer::{RowMapWriter, WrittenRowMap};
 
-// The translators' performance internals, and the counts matrix that hostile
-// tests use to craft files: crate-private, public to tests with `testing`.
-#[cfg(feature = "testing")]
-pub use counts::CountsMatrix;
+// The translators' performance internals: crate-private, public to this
+// crate's tests with `testing`.
 #[cfg(feature = "testing")]
 pub use reader::SourceCursor;
 #[cfg(not(feature = "testing"))]

@@ -18,7 +18,7 @@ use refract_core::checksum::FileChecksum;
 use refract_core::Result;
 use refract_index::{create_index, IndexParams, IndexUse, Query, QueryResult};
 use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
-use refract_reader::rowmap::RowMapWriter;
+use refract_optimize::fri::RowMapWriter;
 use refract_reader::{ChunkCacheMode, FriResolver, FRI_INDEX_NAME, FRI_INDEX_TYPE};
 use refract_table::io::{RecordedFile, RelativePath};
 use refract_table::transaction::RewriteGroup;

@@ -1,4 +1,5 @@
-//! Writing a row map while a stable partition streams its sources.
+//! Writing a row map while a stable partition streams its sources, in the
+//! format `refract_reader::rowmap` defines and reads.
 //!
 //! Labels are buffered into whole blocks and each block is written as one
 //! Lance page, so a label chunk (32 blocks) is 32 adjacent pages the reader
@@ -21,8 +22,9 @@ use uuid::Uuid;
 
 use refract_ledger::MAX_PARTITION_DESTINATIONS as MAX_DESTINATIONS;
 
-use super::counts::{CountsMatrix, BLOCK_ROWS};
-use super::{row_map_path, COUNTS_BUFFER_KEY, LABEL_COLUMN};
+use refract_reader::rowmap::{
+    row_map_path, CountsMatrix, BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN,
+};
 
 /// Streams labels into `_fri/<map_id>/stable_partition.lance`, tracking the
 /// per-block histograms that become the counts matrix.
