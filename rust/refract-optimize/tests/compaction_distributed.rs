@@ -7,7 +7,8 @@ use support::compaction as common;
 use common::{batch, dataset_with_fragments, fragment_sizes};
 use refract_core::Error;
 use refract_optimize::compaction::{
-    commit_compaction, plan_compaction, plan_from_json, CompactionOptions, RewriteResult,
+    commit_compaction, plan_compaction, plan_from_json, CompactionOptions, CompactionPlan,
+    RewriteResult,
 };
 use refract_table::dataset::{Dataset, WriteOptions};
 use refract_table::io::RequestStats;
@@ -206,23 +207,26 @@ async fn compaction_can_run_on_a_spawned_task() {
     assert_eq!(ids, (0..30).collect::<Vec<i64>>());
 }
 
-/// Requests of one commit of `tasks` two-fragment results on a table of
-/// `2 * tasks` one-row fragments (from a handle at the read version).
-async fn commit_requests(tasks: u64) -> RequestStats {
-    let uri = support::memory_uri("commit-scale");
+/// A table of `2 * tasks` one-row fragments and its plan of `tasks`
+/// two-fragment compactions.
+async fn one_row_fragments(tasks: u64) -> (Dataset, CompactionPlan) {
+    let uri = support::memory_uri("one-row-fragments");
     let mut dataset = Dataset::create(&uri, common::schema(), Default::default())
         .await
         .unwrap();
-    let one_row_files = WriteOptions {
-        max_rows_per_file: 1,
-        ..WriteOptions::default()
-    };
     dataset
-        .append(vec![batch(0, 2 * tasks)], &one_row_files)
+        .append(vec![batch(0, 2 * tasks)], &support::write_options(1))
         .await
         .unwrap();
     let plan = plan_compaction(&dataset, &options(2)).unwrap();
     assert_eq!(plan.tasks.len() as u64, tasks);
+    (dataset, plan)
+}
+
+/// Requests of one commit of `tasks` two-fragment results on a table of
+/// `2 * tasks` one-row fragments (from a handle at the read version).
+async fn commit_requests(tasks: u64) -> RequestStats {
+    let (dataset, plan) = one_row_fragments(tasks).await;
     let mut results = Vec::new();
     for task in &plan.tasks {
         results.push(task.execute(&dataset).await.unwrap());
@@ -275,20 +279,7 @@ async fn commit_requests_are_a_constant_per_result() {
 /// Requests of executing the first task of a plan over `tasks` two-fragment
 /// bins of one-row fragments (from a handle at the read version).
 async fn first_task_requests(tasks: u64) -> RequestStats {
-    let uri = support::memory_uri("task-scale");
-    let mut dataset = Dataset::create(&uri, common::schema(), Default::default())
-        .await
-        .unwrap();
-    let one_row_files = WriteOptions {
-        max_rows_per_file: 1,
-        ..WriteOptions::default()
-    };
-    dataset
-        .append(vec![batch(0, 2 * tasks)], &one_row_files)
-        .await
-        .unwrap();
-    let plan = plan_compaction(&dataset, &options(2)).unwrap();
-    assert_eq!(plan.tasks.len() as u64, tasks);
+    let (dataset, plan) = one_row_fragments(tasks).await;
     dataset.store().reset_stats();
     let result = plan.tasks[0].execute(&dataset).await.unwrap();
     assert_eq!(result.new_files.len(), 1);
