@@ -8,6 +8,7 @@
 //! creates, sizes and drops.
 
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 pub mod compaction;
 pub mod fri;

@@ -60,6 +60,11 @@ impl CompactionPlan {
 pub const DEFAULT_BATCH_SIZE: usize = 8_192;
 
 /// Plans a compaction of `dataset` at its current version.
+///
+/// # Errors
+/// InvalidInput when `options` fail [`CompactionOptions::validate`] (the
+/// error names the option) or the version's fragment statistics are
+/// impossible (more live rows than physical rows).
 pub fn plan_compaction(dataset: &Dataset, options: &CompactionOptions) -> Result<CompactionPlan> {
     options.validate()?;
     let manifest = dataset.manifest();
@@ -124,6 +129,10 @@ fn coverage_key(manifest: &Manifest, fragment_id: u64) -> u64 {
 }
 
 /// Parses a plan from JSON (as written by `refract compact-plan`).
+///
+/// # Errors
+/// InvalidInput for text that is not a plan, options that fail validation,
+/// or a task whose index, read version or options disagree with its plan.
 pub fn plan_from_json(text: &str) -> Result<CompactionPlan> {
     let plan: CompactionPlan = serde_json::from_str(text)
         .map_err(|e| Error::invalid_input(format!("compaction plan is not valid JSON: {e}")))?;

@@ -76,6 +76,10 @@ pub struct RewriteResult {
 
 impl RewriteResult {
     /// The new fragments (ids unassigned: the commit assigns them).
+    ///
+    /// # Errors
+    /// InvalidInput when a written file's path is not a dataset-relative
+    /// path (absolute, empty, or escaping the dataset root).
     pub fn new_fragments(&self) -> Result<Vec<Fragment>> {
         self.new_files
             .iter()
@@ -96,6 +100,9 @@ impl RewriteResult {
     }
 
     /// The surviving old addresses, decoded.
+    ///
+    /// # Errors
+    /// Corrupt when the serialized bitmap does not decode.
     pub fn surviving(&self) -> Result<RoaringTreemap> {
         RoaringTreemap::deserialize_from(self.surviving_old_addresses.as_slice())
             .map_err(|e| Error::corrupt("rewrite result", format!("surviving addresses: {e}")))
@@ -105,6 +112,12 @@ impl RewriteResult {
 impl CompactionTask {
     /// Reads the task's fragments at its read version and writes its outputs.
     /// Files written here become visible only when a commit references them.
+    ///
+    /// # Errors
+    /// NotFound when the read version or a source fragment no longer exists;
+    /// InvalidInput when the task's planned output rows disagree with its
+    /// sources' live rows; Corrupt / NotFound for damaged or missing source
+    /// files; External for store failures.
     pub async fn execute(&self, dataset: &Dataset) -> Result<RewriteResult> {
         let dataset = if dataset.version() == self.read_version {
             dataset.clone()

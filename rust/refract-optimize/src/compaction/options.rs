@@ -77,7 +77,10 @@ impl Default for CompactionOptions {
 }
 
 impl CompactionOptions {
-    /// Rejects values that make compaction meaningless; the error names the option.
+    /// Rejects values that make compaction meaningless.
+    ///
+    /// # Errors
+    /// InvalidInput naming the option and its valid range.
     pub fn validate(&self) -> Result<()> {
         positive(
             "target_rows_per_fragment",

@@ -28,6 +28,10 @@ pub struct CompactionProgress {
 pub type ProgressCallback = Arc<dyn Fn(CompactionProgress) + Send + Sync>;
 
 /// Executes every task of `plan`, `num_threads` at a time, reporting progress.
+///
+/// # Errors
+/// The first error of a task ([`super::CompactionTask::execute`]); the other tasks
+/// stop, and files they wrote stay unreferenced (orphans for cleanup).
 pub async fn execute_plan(
     dataset: &Dataset,
     plan: &CompactionPlan,

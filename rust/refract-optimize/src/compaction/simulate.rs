@@ -14,7 +14,8 @@ use super::task_planner::{plan_tasks, TaskPlan};
 
 /// Applies `plan` to `fragments`. Fresh ids start above the largest id present.
 ///
-/// Fails with InvalidInput when the plan is not a list of contiguous,
+/// # Errors
+/// InvalidInput when the plan is not a list of contiguous,
 /// non-overlapping runs in list order, mixes coverage keys, or does not conserve
 /// live rows — the structural half of the order invariant.
 pub fn simulate_run(fragments: &[FragmentStats], plan: &[TaskPlan]) -> Result<Vec<FragmentStats>> {
@@ -117,6 +118,10 @@ pub struct Convergence {
 
 /// Plans and simulates runs until a plan is empty or `max_rounds` non-empty runs
 /// have been applied. `check` sees every round's input, plan and output.
+///
+/// # Errors
+/// The planner's errors ([`plan_tasks`]), [`simulate_run`]'s, and the first
+/// error `check` returns.
 pub fn execute_until_noop(
     start: &[FragmentStats],
     options: &CompactionOptions,

@@ -42,6 +42,10 @@ pub struct TaskPlan {
 /// leaves fewer below-target fragments than
 /// these greedy cuts would at their fixed point is planned by that partition
 /// instead (the `search` module, docs/compaction.md "Budgets and cuts").
+///
+/// # Errors
+/// InvalidInput when `options` fail validation or a fragment's statistics
+/// are impossible (more live rows than physical rows).
 pub fn plan_tasks(
     fragments: &[FragmentStats],
     options: &CompactionOptions,

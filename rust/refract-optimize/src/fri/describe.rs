@@ -80,6 +80,11 @@ fn digests(digests: &[FragmentDigest]) -> Vec<DigestDescription> {
 }
 
 /// Describes the FRI of `dataset`'s version (decoding and validating the ledger).
+///
+/// # Errors
+/// Corrupt for a ledger that does not decode or validate; NotFound for a
+/// missing external ledger; NotSupported for a ledger version this client
+/// cannot read.
 pub async fn describe_fri(dataset: &Dataset) -> Result<FriDescription> {
     let manifest = dataset.manifest();
     let fri_flag = manifest.reader_flags & FLAG_FRAGMENT_REUSE_INDEX != 0

@@ -40,6 +40,10 @@ impl PartitionBy {
     }
 
     /// Number of labels (before empty destinations are dropped), validated.
+    ///
+    /// # Errors
+    /// InvalidInput for range boundaries that do not ascend strictly, or a
+    /// label count outside 1..=65,535.
     pub fn num_labels(&self) -> Result<u32> {
         let labels = match self {
             PartitionBy::Hash { destinations, .. } => *destinations,

@@ -101,7 +101,8 @@ pub struct PartitionMetrics {
 /// relative order of rows within each destination, and commits it. On
 /// success `dataset` moves to the new version.
 ///
-/// Errors: InvalidInput for bad options, a missing or unsupported column, or
+/// # Errors
+/// InvalidInput for bad options, a missing or unsupported column, or
 /// fragments that are not a contiguous run; NotSupported on a table whose FRI
 /// history holds transitions this client cannot maintain (or whose flags it
 /// does not support); a retryable Conflict when a concurrent commit rewrote or

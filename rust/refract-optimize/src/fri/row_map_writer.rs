@@ -57,6 +57,10 @@ pub struct WrittenRowMap {
 
 impl RowMapWriter {
     /// Starts the row map of `map_id` with `num_destinations` destinations.
+    ///
+    /// # Errors
+    /// InvalidInput for a destination count outside 1..=65,535 or an
+    /// existing row map of that id; External for store failures.
     pub async fn create(
         store: &DatasetStore,
         map_id: &Uuid,
@@ -88,6 +92,10 @@ impl RowMapWriter {
     }
 
     /// Appends the labels of the next source rows (null = deleted row).
+    ///
+    /// # Errors
+    /// InvalidInput for a label not below the destination count; External
+    /// for store failures.
     pub async fn push(&mut self, labels: UInt16Array) -> Result<()> {
         let width = self.num_destinations as usize;
         for (i, label) in labels.iter().enumerate() {
@@ -140,6 +148,9 @@ impl RowMapWriter {
     }
 
     /// Writes the counts matrix and closes the file.
+    ///
+    /// # Errors
+    /// External for store failures (nothing is visible then).
     pub async fn finish(mut self) -> Result<WrittenRowMap> {
         let counts =
             CountsMatrix::from_histograms(self.rows, self.num_destinations, &self.histograms)?;

@@ -67,7 +67,8 @@ impl Default for RemapOptions {
 /// replacements in one `CreateIndex`. On a commit `dataset` moves to the new
 /// version; when nothing is eligible nothing is committed.
 ///
-/// Errors: NotFound for an unknown index name; NotSupported when this client
+/// # Errors
+/// NotFound for an unknown index name; NotSupported when this client
 /// may not write the table or cannot read its FRI; Corrupt / NotFound for
 /// damaged or missing index or row-map files (I/O and corruption fail, they
 /// are never reported as skips); a retryable Conflict when a concurrent commit

@@ -67,7 +67,8 @@ impl TrimReport {
 /// Prunes superseded segments, then trims the FRI history. On a commit
 /// `dataset` moves to the new version.
 ///
-/// Errors: NotSupported when this client may not write the table or the
+/// # Errors
+/// NotSupported when this client may not write the table or the
 /// history holds transitions it cannot read (it cannot rewrite such a ledger);
 /// Corrupt / NotFound for a damaged ledger; a retryable Conflict after
 /// repeated lost races.
