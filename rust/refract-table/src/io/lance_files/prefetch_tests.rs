@@ -39,6 +39,21 @@ fn batch(start: i64, n: usize) -> RecordBatch {
 }
 
 /// Writes batches of 100 rows; `keep` selects the writer that keeps its input.
+/// Opens `at` with a known size (or none) in `mode`, no checksum.
+async fn open(
+    store: &DatasetStore,
+    at: &RelativePath,
+    known_size: Option<u64>,
+    mode: ReadMode,
+) -> Result<LanceFileReader> {
+    let options = ReadOptions {
+        known_size,
+        mode,
+        ..ReadOptions::default()
+    };
+    LanceFileReader::open(store, at, options).await
+}
+
 async fn write(store: &DatasetStore, at: &RelativePath, rows: usize, keep: bool) -> u64 {
     let schema = batch(0, 0).schema();
     let mut writer = if keep {
@@ -66,38 +81,15 @@ async fn prefetched_and_uncached_readers_read_what_was_written(#[case] keep: boo
     let size = write(&store, &at, 1_050, keep).await;
     let expected = batch(0, 1_050);
     for reader in [
-        LanceFileReader::open(
-            &store,
-            &at,
-            ReadOptions {
-                known_size: Some(size),
-                mode: ReadMode::WholeFile,
-                ..ReadOptions::default()
-            },
-        )
-        .await
-        .unwrap(),
-        LanceFileReader::open(
-            &store,
-            &at,
-            ReadOptions {
-                known_size: Some(size),
-                mode: ReadMode::OnePass,
-                ..ReadOptions::default()
-            },
-        )
-        .await
-        .unwrap(),
-        LanceFileReader::open(
-            &store,
-            &at,
-            ReadOptions {
-                known_size: Some(size),
-                ..ReadOptions::default()
-            },
-        )
-        .await
-        .unwrap(),
+        open(&store, &at, Some(size), ReadMode::WholeFile)
+            .await
+            .unwrap(),
+        open(&store, &at, Some(size), ReadMode::OnePass)
+            .await
+            .unwrap(),
+        open(&store, &at, Some(size), ReadMode::Cached)
+            .await
+            .unwrap(),
     ] {
         assert_eq!(reader.num_rows(), 1_050);
         let batches = reader.read_all(None).await.unwrap();
@@ -119,17 +111,9 @@ async fn prefetching_costs_one_whole_get() {
     let at = path("data/a.lance");
     let size = write(&store, &at, 500, false).await;
     store.reset_stats();
-    let reader = LanceFileReader::open(
-        &store,
-        &at,
-        ReadOptions {
-            known_size: Some(size),
-            mode: ReadMode::WholeFile,
-            ..ReadOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    let reader = open(&store, &at, Some(size), ReadMode::WholeFile)
+        .await
+        .unwrap();
     reader.read_all(None).await.unwrap();
     let stats = store.stats();
     assert_eq!(
@@ -143,60 +127,28 @@ async fn prefetching_refuses_bad_sizes_and_missing_files() {
     let store = memory_store().await;
     let at = path("data/a.lance");
     let size = write(&store, &at, 200, false).await;
-    let wrong = LanceFileReader::open(
-        &store,
-        &at,
-        ReadOptions {
-            known_size: Some(size + 1),
-            mode: ReadMode::WholeFile,
-            ..ReadOptions::default()
-        },
-    )
-    .await;
+    let wrong = open(&store, &at, Some(size + 1), ReadMode::WholeFile).await;
     assert!(matches!(wrong, Err(Error::Corrupt { .. })), "{wrong:?}");
-    let short = LanceFileReader::open(
-        &store,
-        &at,
-        ReadOptions {
-            known_size: Some(10),
-            mode: ReadMode::WholeFile,
-            ..ReadOptions::default()
-        },
-    )
-    .await;
+    let short = open(&store, &at, Some(10), ReadMode::WholeFile).await;
     assert!(matches!(short, Err(Error::Corrupt { .. })), "{short:?}");
-    let huge = LanceFileReader::open(
+    let huge = open(
         &store,
         &at,
-        ReadOptions {
-            known_size: Some(PREFETCH_LIMIT_BYTES + 1),
-            mode: ReadMode::WholeFile,
-            ..ReadOptions::default()
-        },
+        Some(PREFETCH_LIMIT_BYTES + 1),
+        ReadMode::WholeFile,
     )
     .await;
     assert!(matches!(huge, Err(Error::InvalidInput { .. })), "{huge:?}");
-    let unsized_read = LanceFileReader::open(
-        &store,
-        &at,
-        ReadOptions {
-            mode: ReadMode::WholeFile,
-            ..ReadOptions::default()
-        },
-    )
-    .await;
+    let unsized_read = open(&store, &at, None, ReadMode::WholeFile).await;
     assert_eq!(
         unsized_read.unwrap_err().to_string(),
         "invalid input: Lance file data/a.lance is fetched whole only with its size known"
     );
-    let missing = LanceFileReader::open(
+    let missing = open(
         &store,
         &path("data/b.lance"),
-        ReadOptions {
-            known_size: Some(size),
-            mode: ReadMode::WholeFile,
-            ..ReadOptions::default()
-        },
+        Some(size),
+        ReadMode::WholeFile,
     )
     .await;
     assert!(
@@ -209,15 +161,6 @@ async fn prefetching_refuses_bad_sizes_and_missing_files() {
         .put(&junk, Bytes::from(vec![7u8; 4_096]))
         .await
         .unwrap();
-    let garbage = LanceFileReader::open(
-        &store,
-        &junk,
-        ReadOptions {
-            known_size: Some(4_096),
-            mode: ReadMode::WholeFile,
-            ..ReadOptions::default()
-        },
-    )
-    .await;
+    let garbage = open(&store, &junk, Some(4_096), ReadMode::WholeFile).await;
     assert!(matches!(garbage, Err(Error::Corrupt { .. })), "{garbage:?}");
 }
