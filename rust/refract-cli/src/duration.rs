@@ -19,6 +19,10 @@ pub const MAX_DURATION: Duration = Duration::from_secs(36_500 * 86_400);
 /// A clap value parser for durations: a whole number followed by `s`, `m`,
 /// `h`, `d` or `w`, from `0s` to `36500d`. Anything else (`7x`, `-1d`, `d`,
 /// `1.5h`, an empty value) is refused with one line saying what is accepted.
+///
+/// # Errors
+/// A one-line message when `text` is not a count and unit, or is longer than
+/// [`MAX_DURATION`].
 pub fn duration(text: &str) -> Result<Duration, String> {
     let refused = || {
         "must be a whole number followed by s, m, h, d or w (e.g. 90s, 30m, 12h, 7d, 2w)"

@@ -42,6 +42,9 @@ macro_rules! out {
 }
 
 /// Renders `batches` in `format` to a string (no trailing newline for tables).
+///
+/// # Errors
+/// External when Arrow cannot format or write the rows.
 pub fn render_rows(batches: &[RecordBatch], format: RowFormat) -> Result<String> {
     match format {
         RowFormat::Table => arrow::util::pretty::pretty_format_batches(batches)
@@ -111,6 +114,9 @@ fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
 }
 
 /// A report as pretty-printed JSON (what every `--json` prints).
+///
+/// # Errors
+/// External when `value` cannot be serialized.
 pub fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string_pretty(value).map_err(|e| Error::external("serializing the report", e))
 }

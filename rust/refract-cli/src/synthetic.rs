@@ -58,6 +58,10 @@ pub fn vector_component(id: i64, j: i32) -> f32 {
 }
 
 /// Builds one batch with ids `start .. start + rows`.
+///
+/// # Errors
+/// InvalidInput when `dim` is not positive; External if Arrow refuses the
+/// columns.
 pub fn batch(start: i64, rows: usize, dim: i32) -> Result<RecordBatch> {
     if dim <= 0 {
         return Err(Error::invalid_input("--dim must be positive"));
@@ -91,6 +95,9 @@ pub fn batch(start: i64, rows: usize, dim: i32) -> Result<RecordBatch> {
 }
 
 /// Batches covering ids `start .. start + rows`, at most `batch_rows` rows each.
+///
+/// # Errors
+/// Those of [`batch`]: InvalidInput when `dim` is not positive.
 pub fn batches(start: i64, rows: u64, batch_rows: u64, dim: i32) -> Result<Vec<RecordBatch>> {
     let batch_rows = batch_rows.max(1);
     let mut out = Vec::new();

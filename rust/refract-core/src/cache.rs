@@ -180,6 +180,11 @@ impl ByteWeightedCache {
 
     /// Returns the cached value for `key`, or runs `load` once (concurrent callers
     /// for the same key wait for that one load) and caches its result.
+    ///
+    /// # Errors
+    /// Whatever `load` returns (every caller waiting on that load gets the same
+    /// kind; nothing is cached); InvalidInput when `key` already holds a value
+    /// of another type.
     pub async fn get_or_try_insert<T, F>(&self, key: CacheKey, load: F) -> Result<Arc<T>>
     where
         T: DeepSize + Send + Sync + 'static,

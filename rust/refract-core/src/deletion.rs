@@ -86,7 +86,8 @@ impl DeletionVector {
 
     /// Decodes a deletion vector for a fragment of `physical_rows` rows.
     ///
-    /// Errors with [`Error::Corrupt`] on bad framing, truncated or trailing bytes, or an
+    /// # Errors
+    /// [`Error::Corrupt`] on bad framing, truncated or trailing bytes, or an
     /// offset `>= physical_rows`.
     pub fn from_bytes(bytes: &[u8], physical_rows: u64) -> Result<DeletionVector> {
         check_framing(bytes)?;

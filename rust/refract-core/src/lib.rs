@@ -36,6 +36,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 pub mod checksum;
 pub mod error;
@@ -72,5 +73,5 @@ pub use ranked::RankedLayout;
 pub use remap::{CompactRemap, FragmentRows, RemapCursor, RewriteGroupInput, RowAddrRemap};
 pub use translate::{
     translate_all, translate_all_async, translate_stream, translate_stream_async, AddressSink,
-    BatchTranslator, Translator, MAX_TRANSLATION_BATCH,
+    BatchTranslator, Translator, TranslatorFastPaths, MAX_TRANSLATION_BATCH,
 };

@@ -58,7 +58,10 @@ pub struct OrderedCompactionMapping {
 impl OrderedCompactionMapping {
     /// Builds the mapping from sources (read order) and destinations (write order)
     /// with their physical rows, and the addresses of the surviving source rows.
-    /// Validation is that of [`crate::RowAddrRemap::compact`] (InvalidInput).
+    ///
+    /// # Errors
+    /// InvalidInput when the fragments, their row counts or the survivors are
+    /// inconsistent, as [`crate::RowAddrRemap::compact`] checks.
     pub fn new(
         sources: Vec<FragmentRows>,
         destinations: Vec<FragmentRows>,
@@ -72,6 +75,10 @@ impl OrderedCompactionMapping {
     }
 
     /// Builds the mapping from one captured rewrite group.
+    ///
+    /// # Errors
+    /// InvalidInput when the group's fragments, row counts or survivors are
+    /// inconsistent, as [`crate::RowAddrRemap::compact`] checks.
     pub fn from_group(group: RewriteGroupInput) -> Result<Self> {
         let sources = group.old_fragments.iter().map(|f| f.id).collect();
         let destinations = group.new_fragments.iter().map(|f| f.id).collect();
@@ -96,6 +103,10 @@ impl OrderedCompactionMapping {
 
     /// Synchronous translation (no I/O is involved); same contract as
     /// [`MappingReader::translate`].
+    ///
+    /// # Errors
+    /// InvalidInput for a batch of more than [`MAX_TRANSLATION_BATCH`]
+    /// addresses or an address that is not a row of a source fragment.
     pub fn translate_sync(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
         if batch.len() > MAX_TRANSLATION_BATCH {
             return Err(Error::invalid_input(format!(

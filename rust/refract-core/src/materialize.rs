@@ -125,9 +125,12 @@ fn record(map: &mut HashMap<u64, Option<u64>>, batch: &[u64], out: &[Option<u64>
 /// batches; only changed addresses are stored (`Some(new)` or `None` for a removed
 /// row), so a missing key still means "unchanged".
 ///
+/// # Errors
 /// Declines before allocating or translating: [`Error::StoredFragmentsUnknown`] if
 /// `stored_fragments` is `None`, [`Error::FragmentRowsUnknown`] if `fragment_rows`
-/// does not know a fragment, [`Error::OverBudget`] if the estimate exceeds `budget`.
+/// does not know a fragment, [`Error::OverBudget`] if the estimate exceeds `budget`,
+/// InvalidInput for a fragment id or row count that does not fit `u32`. Later,
+/// External when the map cannot be allocated, and the translator's errors.
 pub fn materialize<T: Translator + ?Sized>(
     translator: &T,
     stored_fragments: Option<&[u64]>,
@@ -144,6 +147,10 @@ pub fn materialize<T: Translator + ?Sized>(
 }
 
 /// Async [`materialize`], for translators that do I/O.
+///
+/// # Errors
+/// Those of [`materialize`]: the same declines before any work, External when
+/// the map cannot be allocated, and the translator's errors.
 pub async fn materialize_async<T: BatchTranslator + ?Sized>(
     translator: &T,
     stored_fragments: Option<&[u64]>,

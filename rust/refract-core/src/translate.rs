@@ -19,7 +19,7 @@ use crate::error::Result;
 /// The most addresses a translator is given in one call.
 pub const MAX_TRANSLATION_BATCH: usize = 65_536;
 
-/// Where [`Translator::translate_part`] delivers translated addresses.
+/// Where [`TranslatorFastPaths::translate_part`] delivers translated addresses.
 ///
 /// Closures `FnMut(u64)` are sinks that take one address at a time; a sink
 /// that can append whole runs cheaply (a bitmap builder) also implements
@@ -44,52 +44,106 @@ impl<F: FnMut(u64)> AddressSink for F {
     }
 }
 
-/// Synchronous address translation.
+/// Synchronous address translation: the one method every translator has.
+///
+/// A translator that can do better than batches (stream one fragment's
+/// offsets, move whole runs at once) says so through
+/// [`Translator::fast_paths`]; callers holding a `&dyn Translator` use the
+/// same names on it (`translate_part`, `shift_of_range`, `worth_memoizing`),
+/// which answer "no such path" for translators without fast paths.
 pub trait Translator: Send + Sync {
     /// Clears `out` and pushes one result per address of `batch`, in order: the new
     /// address (the same one if unaffected) or `None` if the row is gone.
+    ///
+    /// # Errors
+    /// Whatever the implementation meets reading its mapping (e.g. `Corrupt`
+    /// row-map bytes); an address outside the mapping is not an error.
     fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()>;
 
-    /// Optional streaming path for one fragment's addresses: translates the
-    /// offsets `part` of fragment `fragment` (addresses `fragment << 32 | offset`),
+    /// This translator's fast paths, when it has any (`None` by default).
+    fn fast_paths(&self) -> Option<&dyn TranslatorFastPaths> {
+        None
+    }
+}
+
+/// The performance paths a [`Translator`] may offer beyond
+/// [`Translator::translate`]; each must agree with it.
+pub trait TranslatorFastPaths: Send + Sync {
+    /// Streaming path for one fragment's addresses: translates the offsets
+    /// `part` of fragment `fragment` (addresses `fragment << 32 | offset`),
     /// giving `sink` the new address of every row that is not gone, each once.
     /// The results equal [`Translator::translate`]'s as a set; they come one
     /// at a time in the order of `part`, or — when the rows scatter over
     /// several destinations — as ascending runs of one destination
     /// ([`AddressSink::push_run`]) grouped by destination, with at most
     /// [`MAX_TRANSLATION_BATCH`] rows buffered. Returns `Ok(false)` without
-    /// calling `sink` when the translator has no such path (the default);
-    /// callers then fall back to [`Translator::translate`] in batches of at
-    /// most [`MAX_TRANSLATION_BATCH`].
+    /// calling `sink` when there is no such path for this part; callers then
+    /// fall back to [`Translator::translate`] in batches of at most
+    /// [`MAX_TRANSLATION_BATCH`].
+    ///
+    /// # Errors
+    /// As [`Translator::translate`].
     fn translate_part(
         &self,
         fragment: u32,
         part: &RoaringBitmap,
         sink: &mut dyn AddressSink,
-    ) -> Result<bool> {
-        let _ = (fragment, part, sink);
-        Ok(false)
-    }
+    ) -> Result<bool>;
 
-    /// Optional bulk path: `Some(base)` when every offset `o` in `min..=max` of
+    /// Bulk path: `Some(base)` when every offset `o` in `min..=max` of
     /// fragment `fragment` is a live row whose new address is `base + o`
     /// (wrapping arithmetic), all of them in one fragment, so a caller can move
-    /// a whole run of offsets at once. `None` (the default) means "unknown":
-    /// callers then use [`Translator::translate_part`] or
+    /// a whole run of offsets at once. `None` means "unknown": callers then
+    /// use [`TranslatorFastPaths::translate_part`] or
     /// [`Translator::translate`]. Never `Some` for a range with a gone row.
-    fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
-        let _ = (fragment, min, max);
-        Ok(None)
-    }
+    ///
+    /// # Errors
+    /// As [`Translator::translate`].
+    fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>>;
 
     /// Whether a caller that meets the same address many times (a trigram
     /// index holds a row in one posting per trigram) gains from memoizing
-    /// results. `true` by default; an in-memory translator whose
-    /// [`Translator::translate_part`] costs about one table read per address
-    /// says `false`, and callers then stream parts through it instead of
-    /// holding a per-row memo.
-    fn worth_memoizing(&self) -> bool {
-        true
+    /// results. An in-memory translator whose
+    /// [`TranslatorFastPaths::translate_part`] costs about one table read
+    /// per address says `false`, and callers then stream parts through it
+    /// instead of holding a per-row memo.
+    fn worth_memoizing(&self) -> bool;
+}
+
+/// The fast paths as a caller sees them: a translator without them answers
+/// "no streaming path", "unknown shift" and "worth memoizing".
+impl dyn Translator + '_ {
+    /// [`TranslatorFastPaths::translate_part`], or `Ok(false)` without fast paths.
+    ///
+    /// # Errors
+    /// As [`Translator::translate`].
+    pub fn translate_part(
+        &self,
+        fragment: u32,
+        part: &RoaringBitmap,
+        sink: &mut dyn AddressSink,
+    ) -> Result<bool> {
+        match self.fast_paths() {
+            Some(fast) => fast.translate_part(fragment, part, sink),
+            None => Ok(false),
+        }
+    }
+
+    /// [`TranslatorFastPaths::shift_of_range`], or `Ok(None)` without fast paths.
+    ///
+    /// # Errors
+    /// As [`Translator::translate`].
+    pub fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
+        match self.fast_paths() {
+            Some(fast) => fast.shift_of_range(fragment, min, max),
+            None => Ok(None),
+        }
+    }
+
+    /// [`TranslatorFastPaths::worth_memoizing`], or `true` without fast paths.
+    pub fn worth_memoizing(&self) -> bool {
+        self.fast_paths()
+            .is_none_or(TranslatorFastPaths::worth_memoizing)
     }
 }
 
@@ -112,21 +166,8 @@ impl<T: Translator + ?Sized> Translator for Arc<T> {
         (**self).translate(batch, out)
     }
 
-    fn translate_part(
-        &self,
-        fragment: u32,
-        part: &RoaringBitmap,
-        sink: &mut dyn AddressSink,
-    ) -> Result<bool> {
-        (**self).translate_part(fragment, part, sink)
-    }
-
-    fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
-        (**self).shift_of_range(fragment, min, max)
-    }
-
-    fn worth_memoizing(&self) -> bool {
-        (**self).worth_memoizing()
+    fn fast_paths(&self) -> Option<&dyn TranslatorFastPaths> {
+        (**self).fast_paths()
     }
 }
 
@@ -135,26 +176,17 @@ impl<T: Translator + ?Sized> Translator for &T {
         (**self).translate(batch, out)
     }
 
-    fn translate_part(
-        &self,
-        fragment: u32,
-        part: &RoaringBitmap,
-        sink: &mut dyn AddressSink,
-    ) -> Result<bool> {
-        (**self).translate_part(fragment, part, sink)
-    }
-
-    fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
-        (**self).shift_of_range(fragment, min, max)
-    }
-
-    fn worth_memoizing(&self) -> bool {
-        (**self).worth_memoizing()
+    fn fast_paths(&self) -> Option<&dyn TranslatorFastPaths> {
+        (**self).fast_paths()
     }
 }
 
 /// Translates `input` in batches of at most [`MAX_TRANSLATION_BATCH`], appending one
 /// result per input address to `out` (which is not cleared).
+///
+/// # Errors
+/// Those of [`Translator::translate`], at the first batch that fails (`out` then
+/// holds the results of the batches before it).
 pub fn translate_all<T: Translator + ?Sized>(
     translator: &T,
     input: &[u64],
@@ -171,6 +203,10 @@ pub fn translate_all<T: Translator + ?Sized>(
 /// Streams `input` through `translator` in batches of at most
 /// [`MAX_TRANSLATION_BATCH`]; `sink` receives each batch's addresses and results.
 /// Memory is bounded by one batch whatever the length of `input`.
+///
+/// # Errors
+/// Those of [`Translator::translate`], and any error `sink` returns; the first
+/// one stops the stream.
 pub fn translate_stream<T, I, F>(translator: &T, input: I, mut sink: F) -> Result<()>
 where
     T: Translator + ?Sized,
@@ -188,6 +224,9 @@ where
 }
 
 /// Async [`translate_all`].
+///
+/// # Errors
+/// Those of [`BatchTranslator::translate_batch`], at the first batch that fails.
 pub async fn translate_all_async<T: BatchTranslator + ?Sized>(
     translator: &T,
     input: &[u64],
@@ -202,6 +241,10 @@ pub async fn translate_all_async<T: BatchTranslator + ?Sized>(
 }
 
 /// Async [`translate_stream`].
+///
+/// # Errors
+/// Those of [`BatchTranslator::translate_batch`], and any error `sink` returns;
+/// the first one stops the stream.
 pub async fn translate_stream_async<T, I, F>(translator: &T, input: I, mut sink: F) -> Result<()>
 where
     T: BatchTranslator + ?Sized,
@@ -264,6 +307,12 @@ pub(crate) mod tests {
             Ok(())
         }
 
+        fn fast_paths(&self) -> Option<&dyn TranslatorFastPaths> {
+            Some(self)
+        }
+    }
+
+    impl TranslatorFastPaths for Direct {
         fn translate_part(
             &self,
             fragment: u32,
@@ -297,7 +346,7 @@ pub(crate) mod tests {
                 .unwrap());
             assert_eq!(got, vec![ra(4, 1), ra(4, 5)]);
         }
-        assert!(CountingTranslator::default().worth_memoizing());
+        assert!((&CountingTranslator::default() as &dyn Translator).worth_memoizing());
     }
 
     #[test]
@@ -370,7 +419,7 @@ pub(crate) mod tests {
         }
         let mut got = Vec::new();
         let chain = RemapChain::from(compact);
-        assert!(!chain
+        assert!(!(&chain as &dyn Translator)
             .translate_part(4, &part, &mut |a| got.push(a))
             .unwrap());
         assert!(got.is_empty(), "no path, no results");

@@ -103,7 +103,11 @@ pub enum KeyColumn {
 }
 
 impl KeyColumn {
-    /// Wraps `array`; NotSupported for types the scalar indices cannot hold.
+    /// Wraps `array`, widening integers to 64 bits.
+    ///
+    /// # Errors
+    /// NotSupported for a type other than an integer, Utf8 or LargeUtf8;
+    /// External when the widening cast fails.
     pub fn new(array: &ArrayRef) -> Result<KeyColumn> {
         let widen = |to: &DataType| {
             cast(array, to).map_err(|e| Error::external("widening an index key column", e))
@@ -262,6 +266,9 @@ pub fn range_is_empty(low: &Bound<Key>, high: &Bound<Key>) -> bool {
 }
 
 /// Downcasts with a typed error instead of a panic.
+///
+/// # Errors
+/// Corrupt (of an index file) when `array` is not a `T`.
 pub fn downcast<T: 'static>(array: &ArrayRef) -> Result<&T> {
     array.as_any().downcast_ref::<T>().ok_or_else(|| {
         Error::corrupt(

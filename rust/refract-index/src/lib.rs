@@ -5,6 +5,7 @@
 //! remap through bounded translators, and index-aware query execution.
 
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 pub mod keys;
 pub mod manage;

@@ -79,7 +79,10 @@ pub fn list_indices(dataset: &Dataset) -> Vec<IndexSummary> {
     out
 }
 
-/// The index called `name`; NotFound when absent (system names are never found).
+/// The index called `name` (system names are never found).
+///
+/// # Errors
+/// NotFound when `dataset` has no user index called `name`.
 pub fn describe_index(dataset: &Dataset, name: &str) -> Result<IndexSummary> {
     list_indices(dataset)
         .into_iter()
@@ -136,8 +139,9 @@ pub fn segments_of<'a>(dataset: &'a Dataset, name: &'a str) -> Vec<&'a IndexMeta
 /// ```
 ///
 /// # Errors
-/// InvalidInput for a bad name, an existing index or a column the type
-/// cannot index; NotSupported for an unregistered type; store errors.
+/// InvalidInput for an empty or reserved name, an existing index, a missing
+/// column or more partitions than live rows; NotSupported for an unregistered
+/// type or a column type it cannot index; the errors of building and committing.
 pub async fn create_index(
     dataset: &Dataset,
     name: &str,
@@ -157,6 +161,9 @@ pub async fn create_index(
 }
 
 /// [`create_index`] with an explicit registry (plugins).
+///
+/// # Errors
+/// Those of [`create_index`], against `registry`.
 pub async fn create_index_with(
     dataset: &Dataset,
     registry: &IndexRegistry,
@@ -194,6 +201,11 @@ pub async fn create_index_with(
 
 /// Adds a segment to index `name` covering the live fragments no segment of
 /// it covers yet. Returns the dataset unchanged (no commit) when there are none.
+///
+/// # Errors
+/// NotFound when there is no user index `name`; NotSupported for a
+/// multi-column index, an unregistered type or an unsupported column type;
+/// InvalidInput when its column is gone; the errors of building and committing.
 pub async fn optimize_indices(dataset: &Dataset, name: &str) -> Result<Dataset> {
     optimize_indices_with(
         dataset,
@@ -205,6 +217,9 @@ pub async fn optimize_indices(dataset: &Dataset, name: &str) -> Result<Dataset> 
 }
 
 /// [`optimize_indices`] with an explicit registry and build parameters.
+///
+/// # Errors
+/// Those of [`optimize_indices`], against `registry`.
 pub async fn optimize_indices_with(
     dataset: &Dataset,
     registry: &IndexRegistry,
@@ -247,6 +262,10 @@ pub async fn optimize_indices_with(
 }
 
 /// Removes every segment of the user index `name` (files stay until cleanup).
+///
+/// # Errors
+/// InvalidInput for an empty or reserved (`__`) name; NotFound when there is
+/// no index `name`; the errors of committing (Conflict, store errors).
 pub async fn drop_index(dataset: &Dataset, name: &str) -> Result<Dataset> {
     validate_name(name)?;
     let removed: Vec<Uuid> = segments_of(dataset, name).iter().map(|m| m.uuid).collect();
@@ -265,6 +284,10 @@ pub async fn drop_index(dataset: &Dataset, name: &str) -> Result<Dataset> {
 }
 
 /// Builds one segment of `name` over `fragment_ids` (uncommitted).
+///
+/// # Errors
+/// NotFound for a fragment not in `dataset`; InvalidInput for a missing column
+/// or a fragment id above `u32`; the errors of scanning and of the type's build.
 pub async fn build_segment(
     dataset: &Dataset,
     registered: &RegisteredType,
@@ -312,6 +335,9 @@ pub async fn build_segment(
 }
 
 /// The single indexed column of a user segment.
+///
+/// # Errors
+/// NotSupported when the segment indexes no column or more than one.
 pub fn single_field(meta: &IndexMetadata) -> Result<&str> {
     match meta.fields.as_slice() {
         [field] => Ok(field.as_str()),
@@ -324,6 +350,9 @@ pub fn single_field(meta: &IndexMetadata) -> Result<&str> {
 }
 
 /// Fragment ids are u32 in row addresses.
+///
+/// # Errors
+/// InvalidInput when `id` does not fit `u32`.
 pub fn fragment_id_u32(id: u64) -> Result<u32> {
     u32::try_from(id).map_err(|_| Error::invalid_input(format!("fragment id {id} exceeds u32")))
 }

@@ -77,7 +77,10 @@ impl IndexRegistry {
             .insert(plugin.name().to_string(), RegisteredType::Legacy(plugin));
     }
 
-    /// The type stored as `name`; NotSupported when unknown.
+    /// The type stored as `name`.
+    ///
+    /// # Errors
+    /// NotSupported when no type is registered as `name`.
     pub fn get(&self, name: &str) -> Result<&RegisteredType> {
         self.types.get(name).ok_or_else(|| {
             Error::not_supported(format!(
@@ -97,6 +100,10 @@ impl RegisteredType {
     /// Opens `segment`, of this type. Every read of a file its metadata
     /// records is verified against its checksum; its Corrupt errors, opening
     /// and searching, name the segment's directory (see `name_segment`).
+    ///
+    /// # Errors
+    /// The type's open errors: Corrupt for bad details or damaged files,
+    /// NotFound for missing files, External for store failures.
     pub async fn open(
         &self,
         ctx: &crate::types::IndexContext,

@@ -79,6 +79,11 @@ pub struct RemapOptions {
 }
 
 /// Rewrites `meta` through `translator` into a new segment covering `new_coverage`.
+///
+/// # Errors
+/// InvalidInput for a system entry; the type's remap errors (Corrupt for
+/// damaged segment files, the translator's errors, store errors). Unknown
+/// types and declined materializations are `Skipped`, not errors.
 pub async fn remap_segment(
     ctx: &IndexContext,
     registry: &IndexRegistry,
@@ -184,6 +189,10 @@ pub struct IndexRewrite {
 /// fragments come from it). A segment covering only part of a group is
 /// InvalidInput (compaction bins never split coverage); a segment with unknown
 /// coverage is skipped. System entries are never touched.
+///
+/// # Errors
+/// InvalidInput for a segment covering part of a group or a fragment id above
+/// `u32`; the errors of [`remap_segment`].
 pub async fn remap_indices_for_rewrite(
     dataset: &Dataset,
     candidate: &Manifest,

@@ -25,7 +25,11 @@ pub const FRI_INDEX_VERSION_TAGGED: u32 = 1;
 /// The newest `index_version` this build reads and writes.
 pub const MAX_SUPPORTED_FRI_INDEX_VERSION: u32 = FRI_INDEX_VERSION_TAGGED;
 
-/// Refuses an `index_version` this build cannot interpret (NotSupported).
+/// Refuses an `index_version` this build cannot interpret.
+///
+/// # Errors
+/// NotSupported when `index_version` is above
+/// [`MAX_SUPPORTED_FRI_INDEX_VERSION`].
 pub fn check_index_version(index_version: u32) -> Result<()> {
     if index_version > MAX_SUPPORTED_FRI_INDEX_VERSION {
         return Err(Error::not_supported(format!(
@@ -48,10 +52,12 @@ pub enum ContentLocation<'a> {
 
 /// Parses the details of FRI entry `fri_uuid` stored with `index_version`.
 ///
-/// Runs before any I/O. Errors: NotSupported for an unknown version; Corrupt
-/// for malformed details, not exactly one content field, or a details
-/// `index_version` that disagrees with the entry's; PathEscape / Corrupt for a
-/// bad external reference.
+/// Runs before any I/O.
+///
+/// # Errors
+/// NotSupported for an unknown version; Corrupt for malformed details, not
+/// exactly one content field, or a details `index_version` that disagrees with
+/// the entry's; PathEscape / Corrupt for a bad external reference.
 pub fn parse_details<'a>(
     details: &'a [u8],
     index_version: u32,

@@ -80,6 +80,9 @@ impl ExternalContent {
     }
 
     /// Checks that the bytes read have exactly the recorded size.
+    ///
+    /// # Errors
+    /// Corrupt when `bytes` is not exactly [`Self::size`] bytes long.
     pub fn verify_received(&self, bytes: &[u8]) -> Result<()> {
         if bytes.len() as u64 != self.size {
             return Err(Error::corrupt(

@@ -56,6 +56,9 @@ impl ClientFeatures {
     }
 
     /// Refuses to read a table with reader flags outside this client's set.
+    ///
+    /// # Errors
+    /// NotSupported when `reader_flags` holds a bit this client does not read.
     pub fn check_read(&self, reader_flags: u64) -> Result<()> {
         let unknown = reader_flags & !self.reader;
         if unknown != 0 {
@@ -67,6 +70,9 @@ impl ClientFeatures {
     }
 
     /// Refuses to write a table with writer flags outside this client's set.
+    ///
+    /// # Errors
+    /// NotSupported when `writer_flags` holds a bit this client does not write.
     pub fn check_write(&self, writer_flags: u64) -> Result<()> {
         let unknown = writer_flags & !self.writer;
         if unknown != 0 {
@@ -79,6 +85,9 @@ impl ClientFeatures {
 }
 
 /// Checks the FRI pairing rule: both bits or neither.
+///
+/// # Errors
+/// Corrupt (of the manifest) when the FRI flag is set in only one of the two sets.
 pub fn check_fri_flag_pair(reader_flags: u64, writer_flags: u64) -> Result<()> {
     let in_reader = reader_flags & FLAG_FRAGMENT_REUSE_INDEX != 0;
     let in_writer = writer_flags & FLAG_FRAGMENT_REUSE_INDEX != 0;

@@ -45,6 +45,11 @@ impl Ledger {
     /// content, and its result must have exactly the recorded size. For async
     /// storage, use [`crate::parse_details`], read the range yourself, then
     /// [`Ledger::from_content_bytes`].
+    ///
+    /// # Errors
+    /// Those of [`crate::parse_details`] and [`Ledger::from_content_bytes`];
+    /// whatever `read_external` returns; Corrupt when it returns other than the
+    /// recorded number of bytes.
     pub fn decode(
         details: &[u8],
         index_version: u32,
@@ -64,7 +69,8 @@ impl Ledger {
     /// Decodes encoded `InlineContent` (the inline payload or the external
     /// file's bytes) stored under `index_version`.
     ///
-    /// Errors: NotSupported for an unknown version; Corrupt for malformed or
+    /// # Errors
+    /// NotSupported for an unknown version; Corrupt for malformed or
     /// inconsistent content; PathEscape for a path-like stable-partition
     /// `map_id`.
     pub fn from_content_bytes(content: &[u8], index_version: u32) -> Result<Self> {
@@ -176,7 +182,8 @@ impl Ledger {
 
     /// Appends a writer's transition.
     ///
-    /// Errors: NotSupported when the ledger holds unsupported transitions
+    /// # Errors
+    /// NotSupported when the ledger holds unsupported transitions
     /// (they would be lost); InvalidInput when the transition breaks lineage
     /// (a fragment produced or consumed twice, inconsistent physical rows, a
     /// cycle) or reuses a `map_id`. On error the ledger is unchanged.
@@ -195,7 +202,8 @@ impl Ledger {
     /// (for trim); legacy versions left without groups are dropped. Returns how
     /// many records were removed.
     ///
-    /// Errors: NotSupported when the ledger holds unsupported transitions.
+    /// # Errors
+    /// NotSupported when the ledger holds unsupported transitions.
     pub fn remove_transitions<'f>(
         &mut self,
         fingerprints: impl IntoIterator<Item = &'f Fingerprint>,
@@ -226,7 +234,8 @@ impl Ledger {
 
     /// The canonical encoding of the content (`InlineContent`).
     ///
-    /// Errors: NotSupported when the ledger holds unsupported transitions.
+    /// # Errors
+    /// NotSupported when the ledger holds unsupported transitions.
     pub fn encode_content(&self) -> Result<Vec<u8>> {
         self.ensure_maintainable()?;
         Ok(encode::content_bytes(
@@ -239,7 +248,8 @@ impl Ledger {
     /// [`crate::MAX_INLINE_BYTES`], otherwise a reference to
     /// `_indices/<fri_uuid>/details.binpb`, whose bytes the caller writes.
     ///
-    /// Errors: NotSupported when the ledger holds unsupported transitions.
+    /// # Errors
+    /// NotSupported when the ledger holds unsupported transitions.
     pub fn encode_details(&self, fri_uuid: &Uuid) -> Result<EncodedDetails> {
         let content = self.encode_content()?;
         Ok(encode::details(content, self.index_version(), fri_uuid))

@@ -77,9 +77,10 @@ pub struct TransitionRecord {
 impl TransitionRecord {
     /// Validates a writer's transition and computes its fingerprint.
     ///
-    /// Errors are `InvalidInput` (bad digests, rows not conserved, a bitmap
-    /// that does not match the sources, a stable partition with no or more
-    /// than [`crate::MAX_PARTITION_DESTINATIONS`] destinations, an empty row map).
+    /// # Errors
+    /// InvalidInput for bad digests, rows not conserved, a bitmap that does not
+    /// match the sources, a stable partition with no or more than
+    /// [`crate::MAX_PARTITION_DESTINATIONS`] destinations, or an empty row map.
     pub fn new(
         sources: Vec<FragmentDigest>,
         destinations: Vec<FragmentDigest>,

@@ -29,9 +29,10 @@ pub fn is_fri_name(name: &str) -> bool {
 /// legacy writer does. The result is re-decoded, so it is fully validated
 /// (lineage included).
 ///
-/// Errors: NotSupported when `ledger` is tagged (version 1): a legacy version
-/// may not be added to a tagged history; InvalidInput when a group is not an
-/// ordered compaction or breaks lineage.
+/// # Errors
+/// NotSupported when `ledger` is tagged (version 1): a legacy version may not
+/// be added to a tagged history; InvalidInput when a group is not an ordered
+/// compaction or breaks lineage.
 pub fn append_legacy_version(
     ledger: &Ledger,
     dataset_version: u64,

@@ -60,6 +60,11 @@ pub struct FriHistory {
 
 impl FriHistory {
     /// Builds the history of entry `uuid` from a validated ledger.
+    ///
+    /// # Errors
+    /// For a version-0 ledger: Corrupt when a legacy group is not an ordered
+    /// compaction; InvalidInput when a version's groups do not form a compact
+    /// remap (see `RowAddrRemap::compact`).
     pub fn from_ledger(uuid: Uuid, ledger: &Ledger) -> Result<Self> {
         let nodes: Vec<TransitionNode> = ledger
             .lineage()
@@ -210,6 +215,11 @@ fn history_key(uuid: &Uuid) -> CacheKey {
 /// Loads the history of the FRI `entry`, decoding it at most once per uuid
 /// (concurrent loads are deduplicated by the cache). External content is read
 /// with one ranged request of exactly the recorded size.
+///
+/// # Errors
+/// NotSupported for an unknown `index_version`; Corrupt or PathEscape for
+/// damaged details or content; NotFound for a missing external file; External
+/// for store failures; those of [`FriHistory::from_ledger`].
 pub async fn load_history(
     store: &DatasetStore,
     cache: &ByteWeightedCache,

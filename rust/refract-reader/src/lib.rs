@@ -45,6 +45,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 pub mod coverage;
 pub mod entry;

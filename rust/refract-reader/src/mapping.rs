@@ -30,6 +30,10 @@ pub struct StablePartitionMapping {
 
 impl StablePartitionMapping {
     /// Opens the row map of `node` (which must be a stable partition).
+    ///
+    /// # Errors
+    /// InvalidInput when `node` is not a stable partition; the errors of
+    /// [`RowMapReader::open`].
     pub async fn open(
         store: &DatasetStore,
         cache: &ByteWeightedCache,
@@ -158,6 +162,10 @@ impl MappingBinder {
 
     /// The reader of `node`, bound on first use and cached by fingerprint +
     /// dataset root.
+    ///
+    /// # Errors
+    /// InvalidInput for an ordered compaction whose survivors do not fit its
+    /// fragments; for a stable partition, those of [`StablePartitionMapping::open`].
     pub async fn bind(&self, node: &TransitionNode) -> Result<Arc<dyn MappingReader>> {
         let key = CacheKey::new(
             CacheNamespace::MappingReader,

@@ -49,8 +49,11 @@ impl std::fmt::Debug for FriReader {
 
 impl FriReader {
     /// Opens `dataset`'s FRI view with row-map chunks cached per `mode`.
-    /// Errors: NotSupported for an FRI version this client cannot read,
-    /// Corrupt for a damaged ledger, NotFound for a missing external file.
+    ///
+    /// # Errors
+    /// NotSupported for an FRI version this client cannot read; Corrupt for a
+    /// damaged ledger or several FRI entries; NotFound for a missing external
+    /// file; with [`ChunkCacheMode::Prewarm`], the errors of opening row maps.
     pub async fn open(dataset: &Dataset, mode: ChunkCacheMode) -> Result<Self> {
         let cache = dataset.session().cache().clone();
         let binder = MappingBinder::new(dataset.store().clone(), cache.clone(), mode);
@@ -108,6 +111,9 @@ impl FriReader {
 
     /// Resolves `segments` (all of one logical index), one result per input
     /// in the same order. A segment that serves nothing gets empty coverage.
+    ///
+    /// # Errors
+    /// InvalidInput when a segment is not a user segment of this version.
     pub async fn resolve(&self, segments: &[IndexMetadata]) -> Result<Vec<ResolvedSegment>> {
         let Some((history, listing)) = &self.view else {
             return DirectResolver.resolve(&self.dataset, segments).await;

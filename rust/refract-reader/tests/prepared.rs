@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use common::*;
 use refract_core::{
-    AddressSink, BatchTranslator, Error, RowAddress, Translator, MAX_TRANSLATION_BATCH,
+    AddressSink, BatchTranslator, Error, RowAddress, Translator, TranslatorFastPaths,
+    MAX_TRANSLATION_BATCH,
 };
 use refract_reader::translate::{PreparedTranslator, SegmentScope, SegmentTranslator};
 use refract_reader::{ChunkCacheMode, Disposition, FriReader, ListedEntry, MappingBinder};

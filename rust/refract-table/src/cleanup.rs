@@ -39,6 +39,11 @@ pub struct CleanupReport {
 /// A commit that takes longer than `older_than` between writing its files and
 /// publishing its manifest can lose its files: choose `older_than` well above
 /// the longest write (hours, not seconds, in production).
+///
+/// # Errors
+/// InvalidInput when `older_than` is too large; Corrupt, NotFound or
+/// NotSupported when a committed manifest or FRI ledger cannot be read (before
+/// anything is deleted); External for store failures, listing or deleting.
 pub async fn cleanup_orphans(dataset: &Dataset, older_than: Duration) -> Result<CleanupReport> {
     let store = dataset.store();
     let versions_before = list_versions(store).await?;

@@ -8,12 +8,14 @@
 //! The on-disk layout is described in `docs/format.md`.
 
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 pub mod cleanup;
 pub mod commit;
 pub mod dataset;
 pub mod format;
 pub mod io;
+pub mod mutation;
 pub mod predicate;
 pub mod references;
 pub mod retention;
@@ -27,10 +29,11 @@ pub mod verify;
 
 pub use commit::CommitHook;
 pub use dataset::{
-    Dataset, DeleteResult, OpenOptions, RowSelection, Scanner, VersionEntry, VersionInfo,
-    WriteOptions, ROW_ADDRESS_COLUMN,
+    Dataset, OpenOptions, RowSelection, Scanner, VersionEntry, VersionInfo, WriteOptions,
+    ROW_ADDRESS_COLUMN,
 };
 pub use format::{DataFile, DeletionFileRef, Fragment, FragmentIndex, IndexMetadata, Manifest};
+pub use mutation::DeleteResult;
 pub use retention::{cleanup_old_versions, RemovedFile, RetentionPolicy, RetentionReport};
 pub use session::Session;
 pub use tags::{create_tag, delete_tag, list_tags, tag_version};

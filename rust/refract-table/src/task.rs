@@ -25,11 +25,17 @@ impl<T: Send + 'static> AbortOnDrop<T> {
 
     /// Waits for the task and returns its outcome as tokio reports it (a
     /// panic is a `JoinError` whose `is_panic` is true).
+    ///
+    /// # Errors
+    /// The `JoinError` when the task panicked or was cancelled.
     pub async fn wait(mut self) -> std::result::Result<T, tokio::task::JoinError> {
         (&mut self.0).await
     }
 
-    /// Waits for the task; a panic or cancellation is External, described by `what`.
+    /// Waits for the task.
+    ///
+    /// # Errors
+    /// External, described by `what`, when the task panicked or was cancelled.
     pub async fn join(mut self, what: &str) -> Result<T> {
         (&mut self.0)
             .await

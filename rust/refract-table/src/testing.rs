@@ -7,6 +7,10 @@
 //! `tests/`) so that refract-optimize, refract-index and refract-cli tests can
 //! drive their own operations through the same checks.
 
+// Test scaffolding (behind the `testing` feature): its callers are tests,
+// where any error fails the test.
+#![allow(clippy::missing_errors_doc)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

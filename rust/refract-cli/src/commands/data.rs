@@ -13,6 +13,10 @@ use crate::synthetic;
 pub const DEFAULT_FRAGMENT_ROWS: u64 = 1_048_576;
 
 /// Opens the dataset `at`, or creates it with the synthetic schema of `dim` dimensions.
+///
+/// # Errors
+/// Those of opening other than NotFound (Corrupt, NotSupported, External);
+/// those of [`Dataset::create`] when there is nothing to open.
 pub async fn open_or_create(at: &Location, dim: i32) -> Result<Dataset> {
     match at.open().await {
         Ok(dataset) => Ok(dataset),
@@ -24,6 +28,10 @@ pub async fn open_or_create(at: &Location, dim: i32) -> Result<Dataset> {
 }
 
 /// Appends `rows` synthetic rows starting at id `start` to `dataset`.
+///
+/// # Errors
+/// InvalidInput for a zero `fragment_rows` or a non-positive `dim`; the errors
+/// of appending (a Conflict, store errors). Earlier slices stay committed.
 pub async fn append_synthetic(
     dataset: &mut Dataset,
     rows: u64,
@@ -54,6 +62,9 @@ pub async fn append_synthetic(
 }
 
 /// `refract append`.
+///
+/// # Errors
+/// Those of [`open_or_create`] and [`append_synthetic`].
 pub async fn append(
     at: &Location,
     rows: u64,
@@ -73,6 +84,10 @@ pub async fn append(
 }
 
 /// `refract delete`.
+///
+/// # Errors
+/// Those of opening; InvalidInput for a filter that does not parse or fit the
+/// schema; the errors of reading and committing.
 pub async fn delete(at: &Location, filter: &str) -> Result<()> {
     let mut dataset = at.open().await?;
     let result = dataset.delete(filter).await?;
@@ -98,6 +113,10 @@ pub struct ScanRequest {
 }
 
 /// Reads the rows `request` names.
+///
+/// # Errors
+/// InvalidInput for an unknown column or a bad filter; Corrupt, NotFound or
+/// External when data files cannot be read.
 pub async fn read_rows(dataset: &Dataset, request: &ScanRequest) -> Result<RecordBatch> {
     let mut scanner = dataset.scan();
     if let Some(columns) = &request.columns {
@@ -117,6 +136,10 @@ pub async fn read_rows(dataset: &Dataset, request: &ScanRequest) -> Result<Recor
 }
 
 /// `refract scan`: rows of the latest version, or of `version`.
+///
+/// # Errors
+/// Those of [`Location::open_at`] and [`read_rows`]; External when the rows
+/// cannot be rendered.
 pub async fn scan(
     at: &Location,
     version: Option<&VersionSelector>,

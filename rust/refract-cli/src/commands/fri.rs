@@ -16,6 +16,10 @@ use crate::args::CompactArgs;
 use crate::output::to_json;
 
 /// `refract partition`.
+///
+/// # Errors
+/// Those of opening the dataset and of [`partition_fragments`] (InvalidInput
+/// for a bad column or fragment run, NotSupported, a retryable Conflict).
 pub async fn partition(
     at: &Location,
     by: &str,
@@ -52,6 +56,10 @@ pub async fn partition(
 }
 
 /// `refract fri`: the ledger of the latest version, or of `version`.
+///
+/// # Errors
+/// Those of [`Location::open_at`] and [`describe_fri`] (Corrupt, NotFound or
+/// NotSupported for a ledger it cannot read).
 pub async fn fri(at: &Location, version: Option<&VersionSelector>, json: bool) -> Result<()> {
     let dataset = at.open_at(version).await?;
     let description = describe_fri(&dataset).await?;
@@ -104,6 +112,10 @@ fn remap_options(name: Option<String>, budget_bytes: Option<u64>) -> RemapOption
 }
 
 /// `refract remap`.
+///
+/// # Errors
+/// Those of opening the dataset and of [`remap_indices`] (NotFound for an
+/// unknown index, Corrupt for damaged files, a retryable Conflict).
 pub async fn remap(
     at: &Location,
     name: Option<String>,
@@ -147,6 +159,10 @@ pub async fn remap(
 }
 
 /// `refract trim`.
+///
+/// # Errors
+/// Those of opening the dataset and of [`trim_fri`] (NotSupported, Corrupt or
+/// NotFound for a damaged ledger, a retryable Conflict).
 pub async fn trim(at: &Location, json: bool) -> Result<()> {
     let mut dataset = at.open().await?;
     let report = trim_fri(&mut dataset).await?;
@@ -166,6 +182,10 @@ pub async fn trim(at: &Location, json: bool) -> Result<()> {
 }
 
 /// `refract maintain`.
+///
+/// # Errors
+/// InvalidInput for bad compaction flags; those of opening the dataset and of
+/// [`maintain`] (the first failing step's; earlier rounds stay committed).
 pub async fn run_maintain(
     at: &Location,
     args: &CompactArgs,

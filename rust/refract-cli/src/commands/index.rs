@@ -13,6 +13,10 @@ use crate::args::{IndexKind, RowFormat};
 use crate::output::render_rows;
 
 /// `refract create-index`.
+///
+/// # Errors
+/// Those of opening the dataset and of [`create_index`] (InvalidInput for a
+/// bad or taken name or a missing column, NotSupported for the column type).
 pub async fn create(
     at: &Location,
     name: &str,
@@ -37,6 +41,10 @@ pub async fn create(
 }
 
 /// `refract optimize-indices`.
+///
+/// # Errors
+/// Those of opening the dataset and of [`optimize_indices`] (NotFound for an
+/// unknown index name); indices optimized before the failing one stay committed.
 pub async fn optimize(at: &Location, name: Option<&str>) -> Result<()> {
     let mut dataset = at.open().await?;
     let names: Vec<String> = match name {
@@ -74,6 +82,9 @@ pub struct QueryRequest {
 }
 
 /// Builds the query `request` describes on `dataset`.
+///
+/// # Errors
+/// InvalidInput when the filter does not parse or fit the schema.
 pub fn build_query(dataset: &Dataset, request: &QueryRequest) -> Result<Query> {
     // Segments that still store pre-rewrite addresses are served through the
     // FRI reader (translation) instead of being dropped to a scan.
@@ -127,6 +138,11 @@ pub fn render_explain(explain: &Explain) -> String {
 }
 
 /// `refract query`: against the latest version, or `version`.
+///
+/// # Errors
+/// InvalidInput without a filter or nearest vector; those of
+/// [`Location::open_at`], [`build_query`] and [`Query::execute`]; External
+/// when the rows cannot be rendered.
 pub async fn query(
     at: &Location,
     version: Option<&VersionSelector>,

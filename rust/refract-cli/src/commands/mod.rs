@@ -21,6 +21,10 @@ pub use location::Location;
 
 /// Runs one parsed command on datasets configured by `storage` (and the
 /// environment), printing its output to stdout.
+///
+/// # Errors
+/// The command's own errors; InvalidInput for `--nearest` without `--vector`
+/// (or the reverse) and for `restore` without a target.
 pub async fn run(command: Command, storage: &StorageOptions) -> Result<()> {
     let at = |uri: &str| Location::new(uri, storage);
     match command {

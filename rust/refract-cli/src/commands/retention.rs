@@ -63,6 +63,11 @@ impl CleanupRequest {
 /// `refract cleanup`: expires versions by the request's policy (and deletes
 /// orphaned files with `--orphans`), then prints a summary line and one line
 /// per removed file, or the report as JSON.
+///
+/// # Errors
+/// Those of opening the dataset, [`cleanup_old_versions`] and, with
+/// `--orphans`, [`cleanup_orphans`] (Corrupt for an unreadable manifest,
+/// External when a delete fails).
 pub async fn cleanup(at: &Location, request: &CleanupRequest, json: bool) -> Result<()> {
     let dataset = at.open().await?;
     let bar = styled_bar("{spinner} cleanup: {msg} {elapsed}");
@@ -166,6 +171,10 @@ fn kind_label(kind: Option<FileKind>) -> &'static str {
 }
 
 /// `refract tag create`: names `version` (default: the latest) `name`.
+///
+/// # Errors
+/// Those of opening the dataset and of [`create_tag`] (InvalidInput for a bad
+/// or taken name, NotFound for a missing version).
 pub async fn tag_create(at: &Location, name: &str, version: Option<u64>) -> Result<()> {
     let dataset = at.open().await?;
     let version = version.unwrap_or(dataset.version());
@@ -175,6 +184,10 @@ pub async fn tag_create(at: &Location, name: &str, version: Option<u64>) -> Resu
 }
 
 /// `refract tag delete`.
+///
+/// # Errors
+/// Those of opening the dataset and of [`delete_tag`] (InvalidInput for a bad
+/// name, NotFound for a missing tag).
 pub async fn tag_delete(at: &Location, name: &str) -> Result<()> {
     let dataset = at.open().await?;
     delete_tag(&dataset, name).await?;
@@ -184,6 +197,10 @@ pub async fn tag_delete(at: &Location, name: &str) -> Result<()> {
 
 /// `refract tag list`: `version  tag` lines by name under a header, or a
 /// JSON array of `{"name", "version"}` objects.
+///
+/// # Errors
+/// Those of opening the dataset and of [`list_tags`] (Corrupt for an
+/// unreadable tag file, External for store failures).
 pub async fn tag_list(at: &Location, json: bool) -> Result<()> {
     let dataset = at.open().await?;
     let tags = list_tags(&dataset).await?;
@@ -203,6 +220,10 @@ pub async fn tag_list(at: &Location, json: bool) -> Result<()> {
 }
 
 /// `refract restore`: commits a new version equal to the selected one.
+///
+/// # Errors
+/// Those of [`Location::open_at`] (NotFound for a missing version or tag) and
+/// of committing the restore (NotSupported, a Conflict, store errors).
 pub async fn restore(at: &Location, selected: &VersionSelector) -> Result<()> {
     let mut dataset = at.open_at(Some(selected)).await?;
     let restored = dataset.version();

@@ -23,7 +23,7 @@ use crate::cache::DeepSize;
 use crate::error::{Error, Result};
 use crate::hashmap_size::estimate_hashmap_bytes;
 use crate::ranked::{last_le_by, RankedLayout, RankedOffsets};
-use crate::translate::{AddressSink, Translator};
+use crate::translate::{AddressSink, Translator, TranslatorFastPaths};
 
 /// A fragment id and its physical row count (deleted rows included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -158,6 +158,9 @@ fn to_u32(value: u64, what: &str) -> Result<u32> {
 
 impl CompactRemap {
     /// Builds and validates the compact layout; see [`RowAddrRemap::compact`].
+    ///
+    /// # Errors
+    /// InvalidInput for an inconsistent capture, as listed in [`RowAddrRemap::compact`].
     pub fn new(groups: Vec<RewriteGroupInput>) -> Result<Self> {
         let mut seen_old: HashSet<u64> = HashSet::new();
         let mut seen_new: HashSet<u64> = HashSet::new();
@@ -548,11 +551,12 @@ impl RowAddrRemap {
 
     /// Builds a compact remap from the compaction capture.
     ///
-    /// Errors with [`Error::InvalidInput`] if an old fragment is listed twice (in one
-    /// group or in two), a new fragment is listed twice or is also an old fragment, a
-    /// surviving offset is `>=` its fragment's physical rows, surviving addresses lie
-    /// outside the group's old fragments, a group's survivor count differs from its
-    /// new rows, or an id or row count does not fit `u32`.
+    /// # Errors
+    /// InvalidInput if an old fragment is listed twice (in one group or in two), a
+    /// new fragment is listed twice or is also an old fragment, a surviving offset
+    /// is `>=` its fragment's physical rows, surviving addresses lie outside the
+    /// group's old fragments, a group's survivor count differs from its new rows,
+    /// or an id, row count or group index does not fit `u32`.
     pub fn compact(groups: Vec<RewriteGroupInput>) -> Result<Self> {
         CompactRemap::new(groups).map(RowAddrRemap::Compact)
     }
@@ -651,6 +655,12 @@ impl Translator for RowAddrRemap {
         Ok(())
     }
 
+    fn fast_paths(&self) -> Option<&dyn TranslatorFastPaths> {
+        Some(self)
+    }
+}
+
+impl TranslatorFastPaths for RowAddrRemap {
     fn translate_part(
         &self,
         fragment: u32,
@@ -694,6 +704,10 @@ impl Translator for RowAddrRemap {
             }
             _ => None,
         })
+    }
+
+    fn worth_memoizing(&self) -> bool {
+        true
     }
 }
 

@@ -225,7 +225,11 @@ impl TreemapAssembler {
     }
 
     /// Adds `base + o` (wrapping) for every offset `o` of `part`: a run that a
-    /// translator moved by one constant ([`Translator::shift_of_range`](refract_core::Translator::shift_of_range)).
+    /// translator moved by one constant ([`TranslatorFastPaths::shift_of_range`](refract_core::TranslatorFastPaths::shift_of_range)).
+    ///
+    /// # Errors
+    /// InvalidInput when `base` moves the offsets of `part` across a fragment
+    /// boundary (a broken `shift_of_range` promise); nothing is added then.
     pub fn push_shifted(&mut self, part: &RoaringBitmap, base: u64) -> Result<()> {
         let (Some(min), Some(max)) = (part.min(), part.max()) else {
             return Ok(());
@@ -241,7 +245,7 @@ impl TreemapAssembler {
     /// Makes the part that `base + min ..= base + max` lands in current and
     /// returns the low half of `base`, which moves every offset of the run
     /// within that part. A run that would cross into another part breaks the
-    /// promise of [`Translator::shift_of_range`]: InvalidInput.
+    /// promise of [`TranslatorFastPaths::shift_of_range`](refract_core::TranslatorFastPaths::shift_of_range): InvalidInput.
     fn seek_shifted(&mut self, min: u32, max: u32, base: u64) -> Result<u32> {
         let first = base.wrapping_add(u64::from(min));
         let last = base.wrapping_add(u64::from(max));

@@ -26,6 +26,10 @@ pub fn encode(posting: &RoaringTreemap) -> Vec<u8> {
 }
 
 /// Decodes a posting written by [`encode`]; `what` names it in errors.
+///
+/// # Errors
+/// Corrupt, naming `what`, for a truncated part header or body, parts not in
+/// strictly ascending order, or a part that does not decode.
 pub fn decode(bytes: &[u8], what: &str) -> Result<RoaringTreemap> {
     let mut parts: Vec<(u32, RoaringBitmap)> = Vec::new();
     let mut rest = bytes;

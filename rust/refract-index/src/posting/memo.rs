@@ -49,9 +49,9 @@ impl TranslationMemo {
     }
 
     /// Translates `posting`: a part whose offsets all move by one constant
-    /// ([`Translator::shift_of_range`]) is shifted in bulk and needs no memo;
-    /// a translator not [worth memoizing](Translator::worth_memoizing) streams
-    /// the other parts ([`Translator::translate_part`]) and no table is held
+    /// ([`TranslatorFastPaths::shift_of_range`](refract_core::TranslatorFastPaths::shift_of_range)) is shifted in bulk and needs no memo;
+    /// a translator not [worth memoizing](refract_core::TranslatorFastPaths::worth_memoizing) streams
+    /// the other parts ([`TranslatorFastPaths::translate_part`](refract_core::TranslatorFastPaths::translate_part)) and no table is held
     /// (unless it has no streaming path for some part: then the memo serves
     /// the whole posting); otherwise addresses seen before are looked up and new ones are
     /// translated in ascending batches of at most [`MAX_TRANSLATION_BATCH`].
@@ -60,6 +60,11 @@ impl TranslationMemo {
     /// [`PARALLEL_MIN_ADDRESSES`] streamed through a translator not worth
     /// memoizing is split in two halves of about equal addresses, translated
     /// on two threads and united.
+    ///
+    /// # Errors
+    /// Those of `translator`'s methods; InvalidInput when it breaks their contract
+    /// (a wrong result count, an out-of-range address, a shift crossing a fragment
+    /// boundary) or a translation thread panics.
     pub fn remap(
         &mut self,
         posting: &RoaringTreemap,
@@ -235,7 +240,7 @@ impl TranslationMemo {
 }
 
 /// Streams `parts` into `assembler`: shifted in bulk where a part moves by one
-/// constant, else through [`Translator::translate_part`]. False when the
+/// constant, else through [`TranslatorFastPaths::translate_part`](refract_core::TranslatorFastPaths::translate_part). False when the
 /// translator has no streaming path for a part (the assembler then holds a
 /// partial result for the caller to discard).
 fn stream_parts<'a>(

@@ -5,7 +5,9 @@ use roaring::{RoaringBitmap, RoaringTreemap};
 use super::*;
 use proptest::prelude::*;
 use refract_core::{row_address, FragmentRows, RemapChain, RewriteGroupInput, RowAddrRemap};
-use refract_core::{AddressSink, Error, Result, Translator, MAX_TRANSLATION_BATCH};
+use refract_core::{
+    AddressSink, Error, Result, Translator, TranslatorFastPaths, MAX_TRANSLATION_BATCH,
+};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -272,6 +274,26 @@ fn a_large_posting_without_a_streaming_path_falls_back_to_the_memo() {
         fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
             self.0.translate(batch, out)
         }
+
+        fn fast_paths(&self) -> Option<&dyn TranslatorFastPaths> {
+            Some(self)
+        }
+    }
+
+    impl TranslatorFastPaths for NoParts {
+        fn translate_part(
+            &self,
+            _: u32,
+            _: &roaring::RoaringBitmap,
+            _: &mut dyn refract_core::AddressSink,
+        ) -> refract_core::Result<bool> {
+            Ok(false)
+        }
+
+        fn shift_of_range(&self, _: u32, _: u32, _: u32) -> refract_core::Result<Option<u64>> {
+            Ok(None)
+        }
+
         fn worth_memoizing(&self) -> bool {
             false
         }
@@ -302,8 +324,28 @@ fn a_shift_that_crosses_a_fragment_is_rejected_on_every_path() {
             out.extend(batch.iter().map(|a| Some(*a)));
             Ok(())
         }
+
+        fn fast_paths(&self) -> Option<&dyn TranslatorFastPaths> {
+            Some(self)
+        }
+    }
+
+    impl TranslatorFastPaths for Crossing {
+        fn translate_part(
+            &self,
+            _: u32,
+            _: &roaring::RoaringBitmap,
+            _: &mut dyn refract_core::AddressSink,
+        ) -> refract_core::Result<bool> {
+            Ok(false)
+        }
+
         fn shift_of_range(&self, _: u32, _: u32, _: u32) -> Result<Option<u64>> {
             Ok(Some(row_address(5, u32::MAX - 10)))
+        }
+
+        fn worth_memoizing(&self) -> bool {
+            true
         }
     }
     let posting: RoaringTreemap = (0..100u32).map(|o| row_address(1, o)).collect();
@@ -409,6 +451,12 @@ impl<T: Translator> Translator for Counting<'_, T> {
         self.inner.translate(batch, out)
     }
 
+    fn fast_paths(&self) -> Option<&dyn TranslatorFastPaths> {
+        Some(self)
+    }
+}
+
+impl<T: Translator> TranslatorFastPaths for Counting<'_, T> {
     fn translate_part(
         &self,
         fragment: u32,
@@ -417,16 +465,20 @@ impl<T: Translator> Translator for Counting<'_, T> {
     ) -> Result<bool> {
         use std::sync::atomic::Ordering::Relaxed;
         self.paths.streamed.fetch_add(1, Relaxed);
-        self.inner.translate_part(fragment, part, sink)
+        (&self.inner as &dyn Translator).translate_part(fragment, part, sink)
     }
 
     fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
         use std::sync::atomic::Ordering::Relaxed;
-        let shift = self.inner.shift_of_range(fragment, min, max)?;
+        let shift = (&self.inner as &dyn Translator).shift_of_range(fragment, min, max)?;
         if shift.is_some() {
             self.paths.shifted.fetch_add(1, Relaxed);
         }
         Ok(shift)
+    }
+
+    fn worth_memoizing(&self) -> bool {
+        true
     }
 }
 

@@ -29,13 +29,18 @@ impl TranslateScratch {
 /// Translates an encoded posting (see [`encode`](super::encode)) through `translator`,
 /// reading it in place; rows that are gone are dropped. A fragment's part
 /// whose whole offset range moves by one constant
-/// ([`Translator::shift_of_range`]) is shifted straight from its serialized
+/// ([`TranslatorFastPaths::shift_of_range`](refract_core::TranslatorFastPaths::shift_of_range)) is shifted straight from its serialized
 /// containers, without building a `RoaringBitmap`; other parts are decoded
-/// and go through [`Translator::translate_part`] when the translator streams
+/// and go through [`TranslatorFastPaths::translate_part`](refract_core::TranslatorFastPaths::translate_part) when the translator streams
 /// (an in-memory remap), else in ascending slices of at most
 /// [`MAX_TRANSLATION_BATCH`]. Either way a dense posting never expands beyond
 /// one slice. Damaged bytes are Corrupt errors naming `what`, as with
 /// [`decode`](super::decode).
+///
+/// # Errors
+/// Corrupt, naming `what`, for damaged bytes; those of `translator`'s methods;
+/// InvalidInput when it answers a batch with the wrong number of results or
+/// shifts a part across a fragment boundary.
 pub fn translate_encoded(
     bytes: &[u8],
     what: &str,
@@ -65,7 +70,7 @@ pub fn translate_encoded(
 }
 
 /// Translates one part whose offsets do not move by one constant: streamed
-/// when the translator can ([`Translator::translate_part`]), else buffered
+/// when the translator can ([`TranslatorFastPaths::translate_part`](refract_core::TranslatorFastPaths::translate_part)), else buffered
 /// into ascending slices of at most [`MAX_TRANSLATION_BATCH`].
 fn translate_part(
     high: u32,

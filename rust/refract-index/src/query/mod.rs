@@ -159,7 +159,11 @@ impl Query {
         }
     }
 
-    /// Keeps rows matching the predicate text; InvalidInput on bad text or columns.
+    /// Keeps rows matching the predicate text.
+    ///
+    /// # Errors
+    /// InvalidInput when the text does not parse or does not fit the schema
+    /// (unknown column, literal of the wrong type; see `Expr::validate`).
     pub fn filter(mut self, expr: &str) -> Result<Self> {
         let expr = predicate::parse(expr)?;
         expr.validate(&self.dataset.schema())?;
@@ -226,6 +230,11 @@ impl Query {
     }
 
     /// Runs the query.
+    ///
+    /// # Errors
+    /// InvalidInput for an unknown projected column or a nearest column that is
+    /// missing or not `FixedSizeList<Float32>` of the vector's length; Corrupt
+    /// for a damaged index segment or data file; the errors of reading files.
     pub async fn execute(self) -> Result<QueryResult> {
         match self.nearest.clone() {
             Some(nearest) => knn::execute(&self, &nearest).await,

@@ -1,6 +1,6 @@
 //! Fixtures shared by the index types' unit tests.
 
-use refract_core::ByteWeightedCache;
+use refract_core::{ByteWeightedCache, TranslatorFastPaths};
 use refract_table::io::{DatasetStore, RelativePath};
 
 use super::{IndexContext, Translator};
@@ -46,7 +46,7 @@ impl<T> InMemory<T> {
         self.threads.lock().unwrap().len()
     }
 
-    /// Parts streamed through [`Translator::translate_part`] so far.
+    /// Parts streamed through [`TranslatorFastPaths::translate_part`](refract_core::TranslatorFastPaths::translate_part) so far.
     pub(crate) fn parts(&self) -> usize {
         self.parts.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -57,6 +57,12 @@ impl<T: Translator> Translator for InMemory<T> {
         self.inner.translate(batch, out)
     }
 
+    fn fast_paths(&self) -> Option<&dyn TranslatorFastPaths> {
+        Some(self)
+    }
+}
+
+impl<T: Translator> TranslatorFastPaths for InMemory<T> {
     fn translate_part(
         &self,
         fragment: u32,
@@ -69,7 +75,7 @@ impl<T: Translator> Translator for InMemory<T> {
             .lock()
             .unwrap()
             .insert(std::thread::current().id());
-        self.inner.translate_part(fragment, part, sink)
+        (&self.inner as &dyn Translator).translate_part(fragment, part, sink)
     }
 
     fn shift_of_range(
@@ -78,7 +84,7 @@ impl<T: Translator> Translator for InMemory<T> {
         min: u32,
         max: u32,
     ) -> refract_core::Result<Option<u64>> {
-        self.inner.shift_of_range(fragment, min, max)
+        (&self.inner as &dyn Translator).shift_of_range(fragment, min, max)
     }
 
     fn worth_memoizing(&self) -> bool {

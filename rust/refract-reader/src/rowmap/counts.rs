@@ -35,6 +35,11 @@ pub struct CountsMatrix {
 
 impl CountsMatrix {
     /// Builds the matrix from per-block label histograms (`per_block[b][d]`).
+    ///
+    /// # Errors
+    /// InvalidInput for a destination count outside `1..=65,535` or a histogram
+    /// of another width; Corrupt when a block's histogram holds more rows than
+    /// the block, or all of them more than `num_rows`.
     pub fn from_histograms(
         num_rows: u64,
         num_destinations: u32,
@@ -131,6 +136,10 @@ impl CountsMatrix {
 
     /// Decodes and validates an encoded matrix. Sizes are checked against the
     /// buffer before allocating.
+    ///
+    /// # Errors
+    /// NotSupported for an unknown format version; Corrupt for a truncated or
+    /// inconsistent buffer (bad magic, sizes, or counts that do not add up).
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         let mut cursor = Cursor { bytes, position: 0 };
         if cursor.take(4)? != MAGIC {
@@ -225,6 +234,10 @@ impl CountsMatrix {
 
     /// Checks the totals against the destinations' physical rows and the row
     /// count against the sources' physical rows.
+    ///
+    /// # Errors
+    /// Corrupt when the row count is not `source_rows` or the totals are not
+    /// `destination_rows`.
     pub fn check_against(&self, source_rows: u64, destination_rows: &[u64]) -> Result<()> {
         if source_rows != self.num_rows {
             return Err(corrupt(format!(

@@ -123,6 +123,11 @@ impl RowMapReader {
     /// buffer — one ranged GET of a tail sized for them, a second only when
     /// they are not all in it — and no labels (unless `mode` is
     /// [`ChunkCacheMode::Prewarm`]).
+    ///
+    /// # Errors
+    /// Corrupt (naming the file) when its size, checksum, counts or labels
+    /// disagree with the record or the transition; NotSupported for an unknown
+    /// counts version; NotFound for a missing file; External for store failures.
     #[allow(clippy::too_many_arguments)]
     pub async fn open(
         store: &DatasetStore,
@@ -228,6 +233,10 @@ impl RowMapReader {
     }
 
     /// Loads every chunk into the cache, concurrently.
+    ///
+    /// # Errors
+    /// Corrupt (naming the file) for damaged labels; NotFound or External when
+    /// the file cannot be read.
     pub async fn prewarm(&self) -> Result<()> {
         futures::stream::iter(0..self.num_chunks())
             .map(|chunk| self.chunk(chunk))
@@ -249,12 +258,16 @@ impl RowMapReader {
     }
 
     /// Translates source addresses to destination addresses (`None` = deleted),
-    /// keeping input order and duplicates. An address outside the sources is
-    /// `InvalidInput`, as is a batch of more than [`MAX_TRANSLATION_BATCH`].
+    /// keeping input order and duplicates.
     ///
     /// Requests are sorted by row (an ascending batch, the common case, needs
     /// no sort) so each touched chunk (cached) or block (uncached) is fetched
     /// once per batch; untouched ones are never read.
+    ///
+    /// # Errors
+    /// InvalidInput for an address outside the sources or a batch of more than
+    /// [`MAX_TRANSLATION_BATCH`]; Corrupt (naming the file) for damaged labels;
+    /// NotFound or External when the file cannot be read.
     pub async fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
         if batch.len() > MAX_TRANSLATION_BATCH {
             return Err(Error::invalid_input(format!(
@@ -327,6 +340,10 @@ impl RowMapReader {
     /// The whole map in memory for synchronous translation: every label unit
     /// loaded (through the cache when enabled). Holds about
     /// [`Self::resident_bytes`].
+    ///
+    /// # Errors
+    /// Corrupt (naming the file) for damaged labels; NotFound or External when
+    /// the file cannot be read.
     pub async fn resident(self: Arc<Self>) -> Result<ResidentPartition> {
         let unit_rows = self.unit_rows();
         let count = self.counts.num_rows().div_ceil(unit_rows);

@@ -48,8 +48,11 @@ impl ResidentPartition {
         })
     }
 
-    /// The destination of source `address`: `None` for a deleted row; an
-    /// address outside the sources is `InvalidInput`.
+    /// The destination of source `address`: `None` for a deleted row.
+    ///
+    /// # Errors
+    /// InvalidInput for an address outside the sources; Corrupt (naming the
+    /// row map) when its entries contradict its counts.
     #[inline]
     pub fn translate(&self, address: u64, sources: &mut SourceCursor) -> Result<Option<u64>> {
         self.translate_unnamed(address, sources)
@@ -71,6 +74,9 @@ impl ResidentPartition {
     /// label entries are loaded in one tight loop before any is resolved, so
     /// the loads (the cost of a large map: each one misses the caches)
     /// overlap instead of waiting on each other.
+    ///
+    /// # Errors
+    /// Those of [`Self::translate`], and whatever `sink` returns.
     pub fn translate_run(
         &self,
         run: impl Iterator<Item = u64>,
@@ -129,7 +135,11 @@ impl ResidentPartition {
     /// [`super::ROUTE_BATCH_ROWS`] rows, so a large part comes in several
     /// groups per destination, still ascending from one to the next. Per
     /// row: one entry read and one base read, no source search and no
-    /// per-row call. An offset outside the source is `InvalidInput`.
+    /// per-row call.
+    ///
+    /// # Errors
+    /// InvalidInput for an offset outside the source; Corrupt (naming the
+    /// row map) when its entries contradict its counts; whatever `emit` returns.
     pub fn route_part(
         &self,
         fragment: u32,
@@ -218,6 +228,9 @@ impl ResidentPartition {
     /// offsets). Two lookups: a destination offset counts the rows of its
     /// label before it in source order, so ends `max - min` apart in one
     /// destination mean every row between has that label.
+    ///
+    /// # Errors
+    /// Corrupt (naming the row map) when a label or base is missing.
     pub fn shift_of_range(&self, fragment: u32, (min, max): (u32, u32)) -> Result<Option<u64>> {
         if min > max {
             return Ok(None);

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use refract_core::{
     row_address, AddressSink, CompactRemap, Error, MappingReader, RemapCursor, Result, RowAddress,
-    Translator, MAX_TRANSLATION_BATCH,
+    Translator, TranslatorFastPaths, MAX_TRANSLATION_BATCH,
 };
 use refract_ledger::Mapping;
 use roaring::RoaringBitmap;
@@ -45,13 +45,13 @@ enum Hop {
 
 /// A [`SegmentTranslator`] whose every reachable transition is bound in
 /// memory: a synchronous [`Translator`] with the
-/// [`Translator::translate_part`] streaming path.
+/// [`TranslatorFastPaths::translate_part`](refract_core::TranslatorFastPaths::translate_part) streaming path.
 pub struct PreparedTranslator {
     segment: SegmentTranslator,
     /// Bound transitions by transition index (`None` for one no address of
     /// the segment can reach).
     hops: Vec<Option<Hop>>,
-    /// Idle route buffers of [`Translator::translate_part`] through a stable
+    /// Idle route buffers of [`TranslatorFastPaths::translate_part`](refract_core::TranslatorFastPaths::translate_part) through a stable
     /// partition: one per thread translating at once, reused across parts.
     routes: Mutex<Vec<RouteBuffer>>,
 }
@@ -344,6 +344,12 @@ impl Translator for PreparedTranslator {
         Ok(())
     }
 
+    fn fast_paths(&self) -> Option<&dyn TranslatorFastPaths> {
+        Some(self)
+    }
+}
+
+impl TranslatorFastPaths for PreparedTranslator {
     fn translate_part(
         &self,
         fragment: u32,
@@ -379,13 +385,6 @@ impl Translator for PreparedTranslator {
         Ok(true)
     }
 
-    /// Every hop is a table read (ordered compactions search with a cursor,
-    /// partitions read an entry and a base): memoizing would only add a
-    /// per-row table.
-    fn worth_memoizing(&self) -> bool {
-        false
-    }
-
     fn shift_of_range(&self, fragment: u32, min: u32, max: u32) -> Result<Option<u64>> {
         if min > max {
             return Ok(None);
@@ -398,6 +397,13 @@ impl Translator for PreparedTranslator {
             Fate::Drop => Ok(None),
             Fate::Wait(t) => self.shift_through(fragment, (min, max), t),
         }
+    }
+
+    /// Every hop is a table read (ordered compactions search with a cursor,
+    /// partitions read an entry and a base): memoizing would only add a
+    /// per-row table.
+    fn worth_memoizing(&self) -> bool {
+        false
     }
 }
 
@@ -447,7 +453,7 @@ impl PreparedTranslator {
             .unwrap_or_default()
     }
 
-    /// [`Translator::shift_of_range`] of offsets `min..=max` of `fragment`
+    /// [`TranslatorFastPaths::shift_of_range`](refract_core::TranslatorFastPaths::shift_of_range) of offsets `min..=max` of `fragment`
     /// waiting for `transition`: the shifts of every hop, composed.
     fn shift_through(
         &self,

@@ -27,6 +27,9 @@ pub fn is_fri_entry(index: &IndexMetadata) -> bool {
 }
 
 /// The FRI entry of `manifest`, if any. Two FRI entries are corrupt.
+///
+/// # Errors
+/// Corrupt when the manifest holds more than one FRI entry.
 pub fn find_fri_entry(manifest: &Manifest) -> Result<Option<&IndexMetadata>> {
     fri_entry_in(&manifest.indices).map_err(|_| {
         Error::corrupt(
@@ -37,6 +40,9 @@ pub fn find_fri_entry(manifest: &Manifest) -> Result<Option<&IndexMetadata>> {
 }
 
 /// The FRI entry of an index section, if any. Corrupt when there are several.
+///
+/// # Errors
+/// Corrupt when `indices` holds more than one FRI entry.
 pub fn fri_entry_in(indices: &[IndexMetadata]) -> Result<Option<&IndexMetadata>> {
     let mut entries = indices.iter().filter(|index| is_fri_entry(index));
     let first = entries.next();
@@ -65,6 +71,9 @@ pub fn has_fri(manifest: &Manifest) -> bool {
 }
 
 /// Loads and validates the ledger of `dataset`'s FRI entry (`None` without one).
+///
+/// # Errors
+/// Those of [`load_ledger_of`], on the dataset's store and manifest.
 pub async fn load_ledger(dataset: &Dataset) -> Result<Option<(IndexMetadata, Ledger)>> {
     load_ledger_of(dataset.store(), dataset.manifest()).await
 }
@@ -72,6 +81,10 @@ pub async fn load_ledger(dataset: &Dataset) -> Result<Option<(IndexMetadata, Led
 /// Loads the ledger of `manifest`'s FRI entry through `store`. The version gate
 /// and the external reference (path under `_indices/<fri uuid>/`, offset and
 /// size) are checked before any I/O; the received length is checked after.
+///
+/// # Errors
+/// Corrupt when the manifest holds more than one FRI entry; otherwise those of
+/// [`decode_entry`].
 pub async fn load_ledger_of(
     store: &DatasetStore,
     manifest: &Manifest,
@@ -86,6 +99,11 @@ pub async fn load_ledger_of(
 /// Decodes one FRI entry's ledger, reading external content when needed
 /// (verified against the checksum the entry records for its file). The
 /// version gate and reference checks run before any I/O.
+///
+/// # Errors
+/// NotSupported for an unknown index version; Corrupt for malformed details or
+/// ledger content; PathEscape for a bad external reference or ledger `map_id`;
+/// for external content, those of [`read_external_content`].
 pub async fn decode_entry(store: &DatasetStore, entry: &IndexMetadata) -> Result<Ledger> {
     match parse_details(&entry.details, entry.index_version, &entry.uuid)? {
         ContentLocation::Inline(content) => {
@@ -103,6 +121,11 @@ pub async fn decode_entry(store: &DatasetStore, entry: &IndexMetadata) -> Result
 /// the file is Corrupt (object stores report it as a generic range error, so
 /// the size is checked with a HEAD on that failure path only); a missing file
 /// stays NotFound and any other failure (I/O) is returned unchanged.
+///
+/// # Errors
+/// PathEscape for an invalid recorded path; NotFound for a missing file; Corrupt
+/// for a range beyond the file, bytes failing the store view's checksum, or a
+/// length other than recorded; External for other store failures.
 pub async fn read_external_content(
     store: &DatasetStore,
     external: &ExternalContent,
@@ -132,6 +155,10 @@ pub async fn read_external_content(
 /// Encodes `ledger` as a new FRI entry with a fresh uuid, writing the external
 /// content file first when the ledger is too large to inline. Every update
 /// mints a new uuid, so an external file is never overwritten.
+///
+/// # Errors
+/// NotSupported when the ledger holds transitions this client does not
+/// understand; External when writing the external content file fails.
 pub async fn new_fri_entry(
     store: &DatasetStore,
     ledger: &Ledger,

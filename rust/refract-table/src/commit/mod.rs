@@ -51,8 +51,36 @@ pub trait CommitHook: Send + Sync {
     ) -> Result<()>;
 }
 
+impl Dataset {
+    /// Commits `operation` computed against this version.
+    ///
+    /// # Errors
+    /// Those of [`Self::commit_transaction`].
+    pub async fn commit(&self, operation: Operation) -> Result<Dataset> {
+        self.commit_transaction(Transaction::new(self.version(), operation), None)
+            .await
+    }
+
+    /// Commits a prepared transaction (rebased over concurrent commits when compatible).
+    ///
+    /// # Errors
+    /// Conflict (retryable) when a concurrent commit is incompatible with `txn` or
+    /// [`MAX_COMMIT_ATTEMPTS`] races are lost; NotSupported for unsupported flags,
+    /// exhausted fragment ids or an FRI history this client cannot keep;
+    /// InvalidInput for a malformed or stale operation, or a store without
+    /// conditional writes; Corrupt, NotFound or External reading the table or
+    /// publishing; any error of `hook`.
+    pub async fn commit_transaction(
+        &self,
+        txn: Transaction,
+        hook: Option<&dyn CommitHook>,
+    ) -> Result<Dataset> {
+        commit_transaction(self, txn, hook).await
+    }
+}
+
 /// Commits `txn` on top of whatever is latest, returning the new version.
-pub(crate) async fn commit_transaction(
+async fn commit_transaction(
     handle: &Dataset,
     txn: Transaction,
     hook: Option<&dyn CommitHook>,

@@ -1,12 +1,15 @@
-//! `Dataset`: an immutable snapshot handle (store + session + one manifest),
-//! and the operations on it. Writes return (or switch `self` to) the new version.
+//! `Dataset`: an immutable snapshot handle (store + session + one manifest)
+//! and what reads it: versions, scan, take, and writing uncommitted
+//! fragments. Committing lives above this module: the protocol in `commit`
+//! (`Dataset::commit`, `Dataset::commit_transaction`) and the operations
+//! built on it (append, delete, restore) in `mutation`; nothing here calls
+//! them.
 
-mod delete;
 mod scan;
 pub mod selection;
 mod take;
 mod versions;
-mod write;
+pub(crate) mod write;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -15,7 +18,6 @@ use arrow_schema::SchemaRef;
 use refract_core::{CacheKey, CacheNamespace, DeepSize, DeletionVector, Error, KeyParts, Result};
 use refract_ledger::flags::ClientFeatures;
 
-use crate::commit::{self, CommitHook};
 use crate::format::manifest::manifest_error;
 use crate::format::{Fragment, Manifest};
 use crate::io::deletion_file::read_deletion_file;
@@ -23,9 +25,7 @@ use crate::io::paths::VERSIONS_DIR;
 use crate::io::ReadOptions;
 use crate::io::{manifest_path, DatasetStore, LanceFileReader, RelativePath, StorageOptions};
 use crate::session::Session;
-use crate::transaction::{Operation, Transaction};
 
-pub use delete::DeleteResult;
 pub use scan::{Scanner, ROW_ADDRESS_COLUMN};
 pub use selection::{coalesced_ranges, RowSelection, COALESCE_GAP_ROWS};
 pub use versions::{VersionEntry, VersionInfo};
@@ -106,8 +106,9 @@ impl Dataset {
     /// ```
     ///
     /// # Errors
-    /// InvalidInput for a bad URI or schema; Conflict when a dataset exists
-    /// there; External on store failures.
+    /// InvalidInput for a bad URI, storage option or schema, when a dataset
+    /// exists there, or for a store without conditional writes; External on
+    /// store failures.
     pub async fn create(uri: &str, schema: SchemaRef, options: OpenOptions) -> Result<Dataset> {
         write::validate_table_schema(&schema)?;
         let store = match options.store {
@@ -150,11 +151,19 @@ impl Dataset {
     }
 
     /// Opens the latest version at `uri` with default options.
+    ///
+    /// # Errors
+    /// Those of [`Self::open_with`].
     pub async fn open(uri: &str) -> Result<Dataset> {
         Self::open_with(uri, OpenOptions::default()).await
     }
 
     /// Opens `uri`; refuses versions whose reader flags this client does not support.
+    ///
+    /// # Errors
+    /// InvalidInput for a bad URI or storage option; NotFound for a missing local
+    /// directory; otherwise those of [`Self::latest_version`] and
+    /// [`Self::checkout_version`].
     pub async fn open_with(uri: &str, options: OpenOptions) -> Result<Dataset> {
         let requested = options.version;
         let probe = Self::probe(uri, options).await?;
@@ -233,6 +242,10 @@ impl Dataset {
     }
 
     /// The highest committed version (listed, not cached).
+    ///
+    /// # Errors
+    /// NotFound when no version is listed; External when listing fails;
+    /// PathEscape for a listed key that is not a relative path.
     pub async fn latest_version(&self) -> Result<u64> {
         list_versions(&self.store)
             .await?
@@ -242,34 +255,31 @@ impl Dataset {
     }
 
     /// A handle on the latest version.
+    ///
+    /// # Errors
+    /// Those of [`Self::latest_version`] and [`Self::checkout_version`].
     pub async fn checkout_latest(&self) -> Result<Dataset> {
         let latest = self.latest_version().await?;
         self.checkout_version(latest).await
     }
 
     /// A handle on `version`; refuses unsupported reader flags.
+    ///
+    /// # Errors
+    /// NotFound when the version's manifest is missing; Corrupt when it does not
+    /// decode or records another version; PathEscape for a path leaving the root;
+    /// NotSupported for unsupported reader flags; External on store failures.
     pub async fn checkout_version(&self, version: u64) -> Result<Dataset> {
         let manifest = self.load_manifest(version).await?;
         self.features.check_read(manifest.reader_flags)?;
         Ok(self.with_manifest(manifest))
     }
 
-    /// Commits `operation` computed against this version.
-    pub async fn commit(&self, operation: Operation) -> Result<Dataset> {
-        self.commit_transaction(Transaction::new(self.version(), operation), None)
-            .await
-    }
-
-    /// Commits a prepared transaction (rebased over concurrent commits when compatible).
-    pub async fn commit_transaction(
-        &self,
-        txn: Transaction,
-        hook: Option<&dyn CommitHook>,
-    ) -> Result<Dataset> {
-        commit::commit_transaction(self, txn, hook).await
-    }
-
     /// The deletion vector of `fragment` (empty without a deletion file); cached in the session.
+    ///
+    /// # Errors
+    /// NotFound for a missing deletion file; Corrupt when it fails its checksum,
+    /// does not decode or disagrees with the fragment; External on store failures.
     pub async fn deletion_vector(&self, fragment: &Fragment) -> Result<Arc<DeletionVector>> {
         let Some(deletion) = &fragment.deletion_file else {
             return Ok(Arc::new(DeletionVector::new()));
@@ -293,6 +303,11 @@ impl Dataset {
     }
 
     /// A reader over the fragment's data file.
+    ///
+    /// # Errors
+    /// NotSupported for a fragment of several data files; NotFound for a missing
+    /// file; Corrupt for one that does not decode, fails its size or checksum, or
+    /// holds other than the recorded rows; External on store failures.
     pub async fn fragment_reader(&self, fragment: &Fragment) -> Result<LanceFileReader> {
         let file = single_data_file(fragment)?;
         let reader = LanceFileReader::open(

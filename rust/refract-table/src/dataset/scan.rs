@@ -99,6 +99,10 @@ impl Dataset {
 
     /// Live rows, optionally only those matching `filter`. Without a filter
     /// this is metadata only (no I/O).
+    ///
+    /// # Errors
+    /// None without a filter; with one, those of [`Scanner::filter`] and of
+    /// reading the rows ([`Scanner::try_into_stream`] and its items).
     pub async fn count_rows(&self, filter: Option<&str>) -> Result<u64> {
         let Some(filter) = filter else {
             return Ok(self.manifest.live_rows());
@@ -125,6 +129,10 @@ impl Scanner {
     }
 
     /// Keeps rows matching the predicate text (see [`crate::predicate`]).
+    ///
+    /// # Errors
+    /// InvalidInput when `expr` does not parse or does not fit the schema (an
+    /// unknown column, a literal of the wrong type, ...).
     pub fn filter(self, expr: &str) -> Result<Self> {
         let expr = predicate::parse(expr)?;
         expr.validate(&self.dataset.schema())?;
@@ -196,11 +204,21 @@ impl Scanner {
     }
 
     /// The schema of the batches this scan yields.
+    ///
+    /// # Errors
+    /// InvalidInput when a projected column is not in the schema.
     pub fn output_schema(&self) -> Result<SchemaRef> {
         Ok(self.plan()?.output_schema)
     }
 
     /// Streams the matching rows in positional order.
+    ///
+    /// # Errors
+    /// InvalidInput when a projected column is not in the schema; NotFound for a
+    /// [`Self::fragments`] id not in this version. Items fail as
+    /// [`Dataset::fragment_reader`] and [`Dataset::deletion_vector`] do, with
+    /// External when an Arrow kernel fails, or Corrupt for a selected row that
+    /// breaks [`Self::expect_selected_match`].
     pub async fn try_into_stream(self) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         let plan = Arc::new(self.plan()?);
         let fragments = self.selected_fragments()?;
@@ -233,6 +251,10 @@ impl Scanner {
     }
 
     /// Runs the scan into one batch.
+    ///
+    /// # Errors
+    /// Those of [`Self::try_into_stream`] and of its items; External when the
+    /// batches do not concatenate.
     pub async fn try_into_batch(self) -> Result<RecordBatch> {
         let schema = self.output_schema()?;
         let batches: Vec<RecordBatch> = self.try_into_stream().await?.try_collect().await?;

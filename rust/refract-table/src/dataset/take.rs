@@ -24,6 +24,11 @@ struct FragmentTake {
 impl Dataset {
     /// Rows at `row_addresses`, in the given order (duplicates allowed).
     /// A deleted or missing address is NotFound.
+    ///
+    /// # Errors
+    /// InvalidInput when a projected column is not in the schema; NotFound for an
+    /// address whose fragment or offset does not exist or whose row is deleted;
+    /// otherwise those of [`Self::fragment_reader`] and [`Self::deletion_vector`].
     pub async fn take(
         &self,
         row_addresses: &[u64],

@@ -9,7 +9,6 @@ use super::{list_versions, Dataset, OpenOptions};
 use crate::format::Manifest;
 use crate::io::paths::{DATA_DIR, DELETIONS_DIR, INDICES_DIR};
 use crate::io::{index_dir, RelativePath};
-use crate::transaction::{Operation, Transaction};
 
 /// One committed version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +51,10 @@ impl Dataset {
     /// Every committed version, ascending; fails on the first manifest that
     /// cannot be read (the error names its version and file). See
     /// [`Self::version_history`] to list past unreadable versions.
+    ///
+    /// # Errors
+    /// NotFound, Corrupt or PathEscape (naming the version and its file) for the
+    /// first manifest that cannot be read; External on store failures.
     pub async fn versions(&self) -> Result<Vec<VersionInfo>> {
         let mut infos = Vec::new();
         for version in list_versions(&self.store).await? {
@@ -64,6 +67,10 @@ impl Dataset {
     /// the reason: one damaged manifest does not hide the others. Only a
     /// failure to reach the store (External) fails the whole listing, since
     /// it says nothing about any one version.
+    ///
+    /// # Errors
+    /// External when listing or reading from the store fails; PathEscape for a
+    /// listed key that is not a relative path.
     pub async fn version_history(&self) -> Result<Vec<VersionEntry>> {
         let mut entries = Vec::new();
         for version in list_versions(&self.store).await? {
@@ -78,6 +85,11 @@ impl Dataset {
 
     /// [`Self::version_history`] of the dataset at `uri`, without loading
     /// any manifest first: it works when the latest version is unreadable.
+    ///
+    /// # Errors
+    /// InvalidInput for a bad URI or storage option; NotFound when no version is
+    /// listed there (or a local directory is missing); else those of
+    /// [`Self::version_history`].
     pub async fn version_history_at(uri: &str, options: OpenOptions) -> Result<Vec<VersionEntry>> {
         let probe = Dataset::probe(uri, options).await?;
         if list_versions(&probe.store).await?.is_empty() {
@@ -86,24 +98,14 @@ impl Dataset {
         probe.version_history().await
     }
 
-    /// Commits a new version whose content equals this (older) checkout.
-    /// Feature flags are sticky and `max_fragment_id` never decreases.
-    pub async fn restore(&mut self) -> Result<()> {
-        let latest = self.checkout_latest().await?;
-        let txn = Transaction::new(
-            latest.version(),
-            Operation::Restore {
-                version: self.version(),
-            },
-        );
-        *self = latest.commit_transaction(txn, None).await?;
-        Ok(())
-    }
-
     /// Data, deletion and index files that no version's manifest references and
     /// that are older than `older_than` (younger ones may belong to a commit in
     /// flight). Never returns a file a live version references; any unreadable
     /// manifest is an error rather than a guess.
+    ///
+    /// # Errors
+    /// InvalidInput when `older_than` is too large; those of [`Self::versions`]
+    /// for an unreadable manifest; External or PathEscape when listing fails.
     pub async fn list_orphan_files(&self, older_than: Duration) -> Result<Vec<RelativePath>> {
         let referenced = self.referenced_paths().await?;
         let cutoff = chrono::Utc::now()

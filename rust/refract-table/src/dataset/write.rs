@@ -11,7 +11,6 @@ use super::Dataset;
 use crate::format::{DataFile, Fragment};
 use crate::io::PageLayout;
 use crate::io::{data_file_path, LanceFileWriter};
-use crate::transaction::Operation;
 
 /// How new data files are cut.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +31,7 @@ impl Default for WriteOptions {
 }
 
 impl WriteOptions {
-    fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         if self.max_rows_per_file == 0 || self.max_rows_per_file > crate::format::MAX_PHYSICAL_ROWS
         {
             return Err(Error::invalid_input(format!(
@@ -121,7 +120,13 @@ struct OpenFile {
 
 impl Dataset {
     /// Writes `batches` as new, uncommitted fragments (id 0), cutting a new file
-    /// every `max_rows_per_file` rows. Commit them with [`Operation::Append`] or a rewrite.
+    /// every `max_rows_per_file` rows. Commit them with
+    /// [`Operation::Append`](crate::transaction::Operation::Append) or a rewrite.
+    ///
+    /// # Errors
+    /// InvalidInput for out-of-range `options` or a batch that does not match the
+    /// table schema; any error `batches` yields; External when writing a data file
+    /// fails; Corrupt when a finished file reports another row count.
     pub async fn write_fragments(
         &self,
         batches: impl Stream<Item = Result<RecordBatch>> + Send,
@@ -158,32 +163,6 @@ impl Dataset {
             fragments.push(finish_file(last).await?);
         }
         Ok(fragments)
-    }
-
-    /// Appends `batches` as new fragments at the end of the list and commits.
-    /// The schema is checked before anything is written: a mismatch is
-    /// InvalidInput and leaves the dataset unchanged.
-    pub async fn append(
-        &mut self,
-        batches: Vec<RecordBatch>,
-        options: &WriteOptions,
-    ) -> Result<()> {
-        options.validate()?;
-        self.features.check_write(self.manifest.writer_flags)?;
-        let schema = self.schema();
-        let batches = batches
-            .iter()
-            .map(|batch| conform_batch(&schema, batch))
-            .collect::<Result<Vec<_>>>()?;
-        let fragments = self
-            .write_fragments(futures::stream::iter(batches.into_iter().map(Ok)), options)
-            .await?;
-        if fragments.is_empty() {
-            // Nothing to add: no new version.
-            return Ok(());
-        }
-        *self = self.commit(Operation::Append { fragments }).await?;
-        Ok(())
     }
 
     async fn open_data_file(&self) -> Result<OpenFile> {

@@ -152,6 +152,11 @@ impl Manifest {
 
     /// Encodes to protobuf bytes (after checking the invariants, so an invalid
     /// manifest is never published).
+    ///
+    /// # Errors
+    /// Corrupt (the manifest) when it breaks an invariant (duplicate ids,
+    /// fragment ids out of range, FRI entry or flag rules); External when the
+    /// schema cannot be encoded as Arrow IPC.
     pub fn encode(&self) -> Result<Bytes> {
         self.validate()?;
         let message = proto::Manifest {
@@ -174,6 +179,11 @@ impl Manifest {
     }
 
     /// Verifies ([`manifest_body`]), decodes and validates untrusted bytes.
+    ///
+    /// # Errors
+    /// Corrupt for a damaged header or checksum, a body or schema that does not
+    /// decode, or a broken invariant; PathEscape for a file path leaving the
+    /// dataset root.
     pub fn decode(bytes: &[u8]) -> Result<Manifest> {
         let message = proto::Manifest::decode(manifest_body(bytes)?)
             .map_err(|err| Error::corrupt("manifest", format!("protobuf decode failed: {err}")))?;

@@ -23,6 +23,9 @@ pub struct DeletionFileRef {
 }
 
 /// Writes `dv` for `fragment_id` under a fresh unique name.
+///
+/// # Errors
+/// External when the store fails the write.
 pub async fn write_deletion_file(
     store: &DatasetStore,
     fragment_id: u64,

@@ -59,9 +59,10 @@ pub enum ConcatOutcome {
 /// Writes `output` as the rows of `inputs`, in order, by copying their encoded
 /// pages (no decoding). `schema` is the schema every input must store.
 ///
-/// Errors: `output` already exists → InvalidInput; a missing input → NotFound;
-/// an input whose bytes or row count do not match → Corrupt or InvalidInput;
-/// store failures → External. On error no file becomes visible at `output`.
+/// # Errors
+/// InvalidInput when `output` already exists; NotFound for a missing input;
+/// Corrupt or InvalidInput for an input whose bytes or row count do not match;
+/// External for store failures. On error no file becomes visible at `output`.
 pub async fn concat_lance_files(
     store: &DatasetStore,
     inputs: &[ConcatInput],

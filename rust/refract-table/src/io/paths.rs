@@ -35,7 +35,11 @@ const ROW_MAP_FILE: &str = "stable_partition.lance";
 pub struct RelativePath(String);
 
 impl RelativePath {
-    /// Parses and validates `raw`; [`Error::PathEscape`] when it could leave the root.
+    /// Parses and validates `raw`.
+    ///
+    /// # Errors
+    /// [`Error::PathEscape`] when `raw` could leave the root: empty, absolute,
+    /// a URL, `.`/`..` or empty segments, a backslash, NUL or drive letter.
     pub fn parse(raw: &str) -> Result<RelativePath> {
         validate(raw)?;
         Ok(RelativePath(raw.to_string()))
@@ -55,6 +59,10 @@ impl RelativePath {
     }
 
     /// Appends one segment (or several, separated by `/`), validating the result.
+    ///
+    /// # Errors
+    /// [`Error::PathEscape`] when `segment` makes the path invalid (see
+    /// [`Self::parse`]).
     pub fn join(&self, segment: &str) -> Result<RelativePath> {
         let base = self.0.trim_end_matches('/');
         RelativePath::parse(&format!("{base}/{segment}"))
@@ -133,11 +141,19 @@ pub fn manifest_path(version: u64) -> RelativePath {
 }
 
 /// `data/<file_name>`; `file_name` must be a single valid segment.
+///
+/// # Errors
+/// [`Error::PathEscape`] when `file_name` is empty, holds a `/` or is not a
+/// valid segment.
 pub fn data_file_path(file_name: &str) -> Result<RelativePath> {
     single_segment_path(DATA_DIR, file_name)
 }
 
 /// `_deletions/<file_name>`; `file_name` must be a single valid segment.
+///
+/// # Errors
+/// [`Error::PathEscape`] when `file_name` is empty, holds a `/` or is not a
+/// valid segment.
 pub fn deletion_file_path(file_name: &str) -> Result<RelativePath> {
     single_segment_path(DELETIONS_DIR, file_name)
 }

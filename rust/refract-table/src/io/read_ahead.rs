@@ -86,7 +86,11 @@ impl WindowSize {
 /// asked for), with at most `ahead` windows read (or being read) before the
 /// consumer asks.
 /// Dropping the stream stops the reading task. Must be called inside a tokio
-/// runtime; a zero-sized window or zero `ahead` is `InvalidInput`.
+/// runtime.
+///
+/// # Errors
+/// InvalidInput for a window of zero rows or bytes, or a zero `ahead`; the
+/// stream yields the errors of reading the file.
 pub fn read_ahead(
     reader: &LanceFileReader,
     size: WindowSize,

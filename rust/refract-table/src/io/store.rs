@@ -399,7 +399,11 @@ impl DatasetStore {
         self.counting.max_parts_in_flight()
     }
 
-    /// Reads a whole object; NotFound when missing.
+    /// Reads a whole object.
+    ///
+    /// # Errors
+    /// NotFound when missing; Corrupt when a file this view verifies does not
+    /// match its checksum; External for other store failures.
     pub async fn get(&self, path: &RelativePath) -> Result<Bytes> {
         let result = self
             .object_store
@@ -412,7 +416,11 @@ impl DatasetStore {
             .map_err(|e| store_error("reading", path, e))
     }
 
-    /// Reads a byte range of an object; NotFound when missing.
+    /// Reads a byte range of an object.
+    ///
+    /// # Errors
+    /// InvalidInput for a reversed range; NotFound when missing; Corrupt when a
+    /// file this view verifies does not match its checksum; External otherwise.
     pub async fn get_range(&self, path: &RelativePath, range: Range<u64>) -> Result<Bytes> {
         if range.start > range.end {
             return Err(Error::invalid_input(format!(
@@ -425,7 +433,10 @@ impl DatasetStore {
             .map_err(|e| store_error("reading a range of", path, e))
     }
 
-    /// The size of an object; NotFound when missing.
+    /// The size of an object.
+    ///
+    /// # Errors
+    /// NotFound when missing; External for other store failures.
     pub async fn head(&self, path: &RelativePath) -> Result<u64> {
         if let Some(known) = self.verified.get(path) {
             return Ok(known.size_bytes);
@@ -439,6 +450,9 @@ impl DatasetStore {
     }
 
     /// Writes (overwrites) an object atomically.
+    ///
+    /// # Errors
+    /// External when the store refuses or fails the write.
     pub async fn put(&self, path: &RelativePath, bytes: Bytes) -> Result<()> {
         let checksum = self.is_recording().then(|| FileChecksum::of(&bytes));
         let size = bytes.len() as u64;
@@ -493,7 +507,10 @@ impl DatasetStore {
     }
 
     /// Lists every object under `prefix` (recursively), sorted by path.
-    /// A listed key that is not a valid relative path is reported as PathEscape.
+    ///
+    /// # Errors
+    /// PathEscape for a listed key that is not a valid relative path; External
+    /// when listing fails.
     pub async fn list(&self, prefix: &RelativePath) -> Result<Vec<ObjectInfo>> {
         let metas: Vec<object_store::ObjectMeta> = self
             .object_store
@@ -602,6 +619,9 @@ impl DatasetStore {
     }
 
     /// Deletes an object; a missing object is not an error.
+    ///
+    /// # Errors
+    /// External when the store fails the delete.
     pub async fn delete(&self, path: &RelativePath) -> Result<()> {
         match self.object_store.delete(&path.to_object_path()).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),

@@ -28,6 +28,10 @@ impl Expr {
     ///
     /// The predicate is first validated against the batch's schema
     /// ([`Expr::validate`]).
+    ///
+    /// # Errors
+    /// InvalidInput when the predicate does not fit the batch's schema (see
+    /// [`Expr::validate`]); External when an Arrow kernel fails.
     pub fn evaluate(&self, batch: &RecordBatch) -> Result<BooleanArray> {
         self.validate(batch.schema().as_ref())?;
         Ok(nulls_to_false(evaluate_kleene(self, batch)?))

@@ -51,6 +51,10 @@ pub const MAX_DEPTH: usize = 256;
 ///
 /// The result is not checked against a schema; call [`Expr::validate`] for
 /// that (evaluation does it too).
+///
+/// # Errors
+/// InvalidInput for a syntax error (naming its position), input over
+/// [`MAX_INPUT_BYTES`] or nesting deeper than [`MAX_DEPTH`].
 pub fn parse(input: &str) -> Result<Expr> {
     if input.len() > MAX_INPUT_BYTES {
         return Err(Error::invalid_input(format!(

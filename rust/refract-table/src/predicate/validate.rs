@@ -36,11 +36,13 @@ impl ColumnKind {
 }
 
 impl Expr {
-    /// Checks the predicate against `schema`: unknown columns, literals of the
-    /// wrong type (a string against an integer column), `%` on a non-integer
-    /// column, `contains` on a non-string column, a zero divisor, an empty IN
-    /// list and non-finite float literals are all [`Error::InvalidInput`]
-    /// naming the column.
+    /// Checks the predicate against `schema`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the column for an unknown column, a
+    /// literal of the wrong type (a string against an integer column), `%` on a
+    /// non-integer column, `contains` on a non-string column, a zero divisor,
+    /// an empty IN list or a non-finite float literal.
     pub fn validate(&self, schema: &Schema) -> Result<()> {
         for leaf in self.leaves() {
             validate_leaf(leaf, schema)?;

@@ -87,11 +87,17 @@ pub struct BitmapDetails {
 
 impl BitmapDetails {
     /// Serializes for `IndexMetadata.details`.
+    ///
+    /// # Errors
+    /// External if JSON encoding fails (it does not for these plain fields).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         serde_json::to_vec(self).map_err(|e| Error::external("encoding bitmap details", e))
     }
 
-    /// Parses stored details; Corrupt on bad bytes.
+    /// Parses stored details.
+    ///
+    /// # Errors
+    /// Corrupt (bitmap details) when `bytes` are not the JSON of these details.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         serde_json::from_slice(bytes).map_err(|e| Error::corrupt("bitmap details", e.to_string()))
     }

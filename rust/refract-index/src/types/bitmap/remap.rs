@@ -74,7 +74,7 @@ pub(crate) async fn remap(
 }
 
 /// Translates the encoded `postings` in order. A translator that answers
-/// from memory ([`Translator::worth_memoizing`] is false) is shared by two
+/// from memory ([`TranslatorFastPaths::worth_memoizing`](refract_core::TranslatorFastPaths::worth_memoizing) is false) is shared by two
 /// threads, each translating half of the postings; others are called from
 /// this thread only.
 fn translate_all(

@@ -108,6 +108,9 @@ impl BTreeDetails {
     }
 
     /// Rows in the values and addresses files: live rows plus tombstones.
+    ///
+    /// # Errors
+    /// Corrupt (btree details) when the sum overflows `u64`.
     pub fn entries(&self) -> Result<u64> {
         self.num_rows
             .checked_add(self.tombstones)
@@ -115,11 +118,18 @@ impl BTreeDetails {
     }
 
     /// Serializes for `IndexMetadata.details`.
+    ///
+    /// # Errors
+    /// External if JSON encoding fails (it does not for these plain fields).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         serde_json::to_vec(self).map_err(|e| Error::external("encoding btree details", e))
     }
 
-    /// Parses stored details; Corrupt on bad bytes, NotSupported for a layout
+    /// Parses stored details.
+    ///
+    /// # Errors
+    /// Corrupt (btree details) for bad JSON, zero `page_rows`, tombstones in a
+    /// version 1 segment or an overflowing row count; NotSupported for a layout
     /// version this client does not know.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let details: BTreeDetails = serde_json::from_slice(bytes)

@@ -35,8 +35,12 @@ pub struct BatchVectors {
 
 impl BatchVectors {
     /// Reads one input batch; null vectors are skipped (they have no
-    /// neighbours). `dim` is the dimension of earlier batches (0: none yet);
-    /// another one is InvalidInput.
+    /// neighbours). `dim` is the dimension of earlier batches (0: none yet).
+    ///
+    /// # Errors
+    /// InvalidInput when the batch lacks `_rowaddr` or a value column, the
+    /// column is not a non-empty `FixedSizeList<Float32>`, its dimension differs
+    /// from `dim`, or a vector holds null or non-finite values.
     pub fn read(batch: &RecordBatch, dim: usize) -> Result<Self> {
         let (column, addrs) = value_and_addresses(batch)?;
         let list = column.as_fixed_size_list_opt().ok_or_else(|| {
@@ -242,7 +246,10 @@ pub fn capped_growth(capacity: usize, needed: usize, limit: usize) -> usize {
 }
 
 /// The partition count for `rows` rows: the parameter, else `sqrt(rows)`
-/// capped; never more than the rows. Zero is InvalidInput.
+/// capped; never more than the rows.
+///
+/// # Errors
+/// InvalidInput when `params.partitions` is 0.
 pub fn partition_count(params: &IndexParams, rows: usize) -> Result<usize> {
     let wanted = match params.partitions {
         Some(0) => return Err(Error::invalid_input("partitions must be at least 1")),
@@ -253,7 +260,9 @@ pub fn partition_count(params: &IndexParams, rows: usize) -> Result<usize> {
 }
 
 /// Training rows per partition: the parameter, else [`DEFAULT_SAMPLE_RATE`].
-/// Zero is InvalidInput.
+///
+/// # Errors
+/// InvalidInput when `params.sample_rate` is 0.
 pub fn sample_rate(params: &IndexParams) -> Result<usize> {
     match params.sample_rate {
         Some(0) => Err(Error::invalid_input("sample_rate must be at least 1")),
@@ -264,6 +273,10 @@ pub fn sample_rate(params: &IndexParams) -> Result<usize> {
 
 /// Trains `k` centroids on `sample` (row-major, non-empty), using at most
 /// `max_training_rows` of its rows (a deterministic subsample when it holds more).
+///
+/// # Errors
+/// InvalidInput when `sample` is empty or not a multiple of `dim` values, or
+/// `dim` or `k` is 0.
 pub fn train_centroids(
     sample: &[f32],
     dim: usize,

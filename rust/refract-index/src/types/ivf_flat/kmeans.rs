@@ -79,6 +79,10 @@ pub struct Centroids {
 
 impl Centroids {
     /// Wraps row-major centroid values; the length must be a multiple of `dim`.
+    ///
+    /// # Errors
+    /// Corrupt (ivf centroids) when `data` is empty, `dim` is 0 or the length
+    /// is not a multiple of `dim`.
     pub fn from_flat(dim: usize, data: Vec<f32>) -> Result<Self> {
         if dim == 0 || !data.len().is_multiple_of(dim) || data.is_empty() {
             return Err(Error::corrupt(
@@ -136,6 +140,10 @@ fn nearest_l2(centroids: &[f32], dim: usize, v: &[f32]) -> (usize, f32) {
 }
 
 /// Trains `params.k` centroids on `data` (row-major `n × dim`, finite values).
+///
+/// # Errors
+/// InvalidInput when `data` is empty or not a multiple of `dim` values, or
+/// `dim` or `params.k` is 0.
 pub fn train(data: &[f32], dim: usize, params: &KMeansParams) -> Result<Centroids> {
     if dim == 0 || !data.len().is_multiple_of(dim) {
         return Err(Error::invalid_input(format!(

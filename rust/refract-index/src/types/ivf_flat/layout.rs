@@ -40,11 +40,17 @@ fn corrupt(message: impl Into<String>) -> Error {
 }
 
 /// The vectors file of the segment at `dir`.
+///
+/// # Errors
+/// PathEscape if the joined path is invalid (never for a validated `dir`).
 pub fn vectors_path(dir: &RelativePath) -> Result<RelativePath> {
     dir.join(VECTORS_FILE)
 }
 
 /// The addresses file of the segment at `dir`.
+///
+/// # Errors
+/// PathEscape if the joined path is invalid (never for a validated `dir`).
 pub fn addresses_path(dir: &RelativePath) -> Result<RelativePath> {
     dir.join(ADDRESSES_FILE)
 }
@@ -55,6 +61,9 @@ fn item_field() -> Arc<Field> {
 }
 
 /// The schema of [`VECTORS_FILE`] for vectors of `dim` values.
+///
+/// # Errors
+/// InvalidInput when `dim` does not fit `i32`.
 pub fn vectors_schema(dim: usize) -> Result<SchemaRef> {
     Ok(Arc::new(Schema::new(vec![
         Field::new(PARTITION_COLUMN, DataType::UInt32, false),
@@ -76,6 +85,9 @@ pub fn schema_matches(schema: &Schema, dim: usize) -> bool {
 }
 
 /// The vector column's type for vectors of `dim` values.
+///
+/// # Errors
+/// InvalidInput when `dim` does not fit `i32`.
 pub fn vector_type(dim: usize) -> Result<DataType> {
     let size = i32::try_from(dim)
         .map_err(|_| Error::invalid_input(format!("vector dimension {dim} is too large")))?;
@@ -83,6 +95,10 @@ pub fn vector_type(dim: usize) -> Result<DataType> {
 }
 
 /// A vector column of `values.len() / dim` vectors (row-major values).
+///
+/// # Errors
+/// InvalidInput when `dim` does not fit `i32`; External when `values` does not
+/// divide into vectors of `dim` values.
 pub fn vector_array(dim: usize, values: Vec<f32>) -> Result<FixedSizeListArray> {
     let size = i32::try_from(dim)
         .map_err(|_| Error::invalid_input(format!("vector dimension {dim} is too large")))?;
@@ -96,6 +112,10 @@ pub fn vector_array(dim: usize, values: Vec<f32>) -> Result<FixedSizeListArray> 
 }
 
 /// Assembles one vectors-file batch.
+///
+/// # Errors
+/// Those of [`vector_array`]; External when `partitions` and the vectors
+/// differ in count.
 pub fn vectors_batch(dim: usize, partitions: Vec<u32>, values: Vec<f32>) -> Result<RecordBatch> {
     let vectors = vector_array(dim, values)?;
     RecordBatch::try_new(
@@ -106,6 +126,9 @@ pub fn vectors_batch(dim: usize, partitions: Vec<u32>, values: Vec<f32>) -> Resu
 }
 
 /// The partition column of a batch read from the vectors file.
+///
+/// # Errors
+/// Corrupt when the column is missing, not UInt32 or holds nulls.
 pub fn partition_column(batch: &RecordBatch) -> Result<&UInt32Array> {
     batch
         .column_by_name(PARTITION_COLUMN)
@@ -116,6 +139,10 @@ pub fn partition_column(batch: &RecordBatch) -> Result<&UInt32Array> {
 
 /// The flat vector values of a batch read from the vectors file
 /// (`num_rows × dim` values, row-major).
+///
+/// # Errors
+/// Corrupt when the vector column is missing, holds nulls, is not of `dim`
+/// Float32 items, or its values are shorter than the rows.
 pub fn vector_values(batch: &RecordBatch, dim: usize) -> Result<&[f32]> {
     let list = batch
         .column_by_name(VECTOR_COLUMN)
@@ -169,6 +196,10 @@ impl IvfLayout {
     }
 
     /// Serializes the layout into the global buffer format.
+    ///
+    /// # Errors
+    /// InvalidInput when `dim` or the partition count does not fit `u32`, or
+    /// the centroids are not `dim` values per partition.
     pub fn encode(&self) -> Result<Bytes> {
         let dim = u32::try_from(self.dim)
             .map_err(|_| Error::invalid_input("vector dimension too large"))?;
@@ -191,7 +222,11 @@ impl IvfLayout {
         Ok(buf.freeze())
     }
 
-    /// Parses a global buffer; any inconsistency is [`Error::Corrupt`].
+    /// Parses a global buffer.
+    ///
+    /// # Errors
+    /// NotSupported for an unknown layout version; [`Error::Corrupt`] for any
+    /// inconsistency (short buffer, bad magic, zero `dim`, wrong length).
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         let header = bytes
             .get(..HEADER_BYTES)

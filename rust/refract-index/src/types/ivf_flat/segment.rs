@@ -38,6 +38,11 @@ pub struct IvfFlatSegment {
 impl IvfFlatSegment {
     /// Opens the segment at `dir` (what `IndexType::open` returns, as the
     /// concrete type so callers can inspect its layout).
+    ///
+    /// # Errors
+    /// Corrupt for bad details or files that disagree with them or each other;
+    /// NotSupported for an unknown format or layout version; NotFound for a
+    /// missing file; External for store failures.
     pub async fn open(ctx: &IndexContext, dir: &RelativePath, details: &[u8]) -> Result<Self> {
         let details = IvfFlatDetails::decode(details)?;
         let file = open_file(ctx, dir, &details).await?;
@@ -100,6 +105,10 @@ impl IvfFlatSegment {
     }
 
     /// The `k` nearest stored rows among the `nprobes` nearest partitions, best first.
+    ///
+    /// # Errors
+    /// InvalidInput for a query of another dimension than the index or with
+    /// non-finite values; Corrupt, NotFound or External reading the partitions.
     pub async fn nearest(
         &self,
         query: &[f32],

@@ -281,6 +281,11 @@ pub struct NgramSegment {
 impl NgramSegment {
     /// Opens the segment at `dir` (what [`IndexType::open`] returns, as the
     /// concrete type so callers can inspect postings).
+    ///
+    /// # Errors
+    /// Corrupt for bad details or a postings file that disagrees with them
+    /// (schema, row count, trigram order); NotSupported for an unknown format
+    /// version; NotFound for a missing file; External for store failures.
     pub async fn open(ctx: &IndexContext, dir: &RelativePath, details: &[u8]) -> Result<Self> {
         let details = NgramDetails::decode(details)?;
         let reader = open_postings(ctx, dir, &details).await?;
@@ -329,6 +334,10 @@ impl NgramSegment {
 
     /// Calls `visit` with every stored (trigram, posting), in trigram order,
     /// holding one read batch of postings at a time.
+    ///
+    /// # Errors
+    /// Corrupt for a bad column or an undecodable posting; the errors of
+    /// reading the file (Corrupt, NotFound, External).
     pub async fn for_each_posting<F>(&self, mut visit: F) -> Result<()>
     where
         F: FnMut(Trigram, RoaringTreemap) + Send,
@@ -351,6 +360,9 @@ impl NgramSegment {
     }
 
     /// The stored posting of every trigram, in trigram order (diagnostics and tests).
+    ///
+    /// # Errors
+    /// Those of [`Self::for_each_posting`].
     pub async fn postings(&self) -> Result<Vec<(Trigram, RoaringTreemap)>> {
         let mut out = Vec::with_capacity(self.trigrams.len());
         self.for_each_posting(|t, p| out.push((t, p))).await?;

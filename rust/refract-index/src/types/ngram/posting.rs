@@ -54,6 +54,9 @@ impl PostingBuilder {
 }
 
 /// Serializes a posting in the portable roaring format.
+///
+/// # Errors
+/// External if serialization fails (it does not when writing to memory).
 pub fn serialize_posting(posting: &RoaringTreemap) -> Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(posting.serialized_size());
     posting
@@ -62,7 +65,10 @@ pub fn serialize_posting(posting: &RoaringTreemap) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Deserializes a posting; undecodable bytes are [`Error::Corrupt`].
+/// Deserializes a posting.
+///
+/// # Errors
+/// [`Error::Corrupt`] (ngram posting) when `bytes` do not decode.
 pub fn deserialize_posting(bytes: &[u8]) -> Result<RoaringTreemap> {
     RoaringTreemap::deserialize_from(bytes)
         .map_err(|e| Error::corrupt("ngram posting", e.to_string()))
@@ -93,6 +99,10 @@ where
 ///
 /// `max_slice` lets callers use smaller slices; it is clamped to
 /// `1..=MAX_TRANSLATION_BATCH`.
+///
+/// # Errors
+/// Whatever `translate` returns; InvalidInput when it returns another number
+/// of results than it was given addresses.
 pub fn remap_posting<F>(
     posting: &RoaringTreemap,
     max_slice: usize,

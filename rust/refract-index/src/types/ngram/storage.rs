@@ -39,6 +39,9 @@ pub fn postings_schema() -> SchemaRef {
 }
 
 /// The postings file of the segment at `dir`.
+///
+/// # Errors
+/// PathEscape if the joined path is invalid (never for a validated `dir`).
 pub fn postings_path(dir: &RelativePath) -> Result<RelativePath> {
     dir.join(POSTINGS_FILE)
 }
@@ -57,6 +60,9 @@ pub struct PostingsWriter {
 
 impl PostingsWriter {
     /// Starts the postings file of the segment at `dir`.
+    ///
+    /// # Errors
+    /// InvalidInput when the file already exists; External for store failures.
     pub async fn create(store: &DatasetStore, dir: &RelativePath) -> Result<Self> {
         let writer = LanceFileWriter::create(
             store,
@@ -71,6 +77,9 @@ impl PostingsWriter {
     /// Like [`Self::create`] for a one-pass rewrite (a remap): postings are
     /// handed to Lance, and Lance writes pages, every [`STREAMING_PAGE_BYTES`]
     /// instead of every 8 MiB, so the rewrite's memory stays small.
+    ///
+    /// # Errors
+    /// InvalidInput when the file already exists; External for store failures.
     pub async fn create_streaming(store: &DatasetStore, dir: &RelativePath) -> Result<Self> {
         let writer = LanceFileWriter::create(
             store,
@@ -99,6 +108,10 @@ impl PostingsWriter {
     }
 
     /// Appends one posting; empty postings are skipped. Trigrams must ascend.
+    ///
+    /// # Errors
+    /// InvalidInput when `trigram` is not above the last one pushed; External
+    /// when a buffered batch cannot be written.
     pub async fn push(&mut self, trigram: Trigram, posting: &RoaringTreemap) -> Result<()> {
         if posting.is_empty() {
             return Ok(());
@@ -135,6 +148,9 @@ impl PostingsWriter {
     }
 
     /// Completes the file; returns the number of postings written.
+    ///
+    /// # Errors
+    /// External when the last batch or the file cannot be written.
     pub async fn finish(mut self) -> Result<u64> {
         self.flush().await?;
         self.writer.finish().await?;
@@ -143,6 +159,9 @@ impl PostingsWriter {
 }
 
 /// Checks that `reader` holds an ngram postings file.
+///
+/// # Errors
+/// Corrupt when the file's columns are not those of [`postings_schema`].
 pub fn check_schema(reader: &LanceFileReader) -> Result<()> {
     let schema = reader.schema();
     let expected = postings_schema();
@@ -163,6 +182,9 @@ pub fn check_schema(reader: &LanceFileReader) -> Result<()> {
 }
 
 /// The trigram column of a batch read from the postings file.
+///
+/// # Errors
+/// Corrupt when the column is missing, not UInt32 or holds nulls.
 pub fn trigram_column(batch: &RecordBatch) -> Result<&UInt32Array> {
     batch
         .column_by_name(TRIGRAM_COLUMN)
@@ -172,6 +194,9 @@ pub fn trigram_column(batch: &RecordBatch) -> Result<&UInt32Array> {
 }
 
 /// The posting column of a batch read from the postings file.
+///
+/// # Errors
+/// Corrupt when the column is missing, not LargeBinary or holds nulls.
 pub fn posting_column(batch: &RecordBatch) -> Result<&LargeBinaryArray> {
     batch
         .column_by_name(POSTING_COLUMN)
@@ -181,6 +206,9 @@ pub fn posting_column(batch: &RecordBatch) -> Result<&LargeBinaryArray> {
 }
 
 /// Decodes posting `row` of `column`.
+///
+/// # Errors
+/// Corrupt when `row` is past the column or its bytes do not decode.
 pub fn decode_posting(column: &LargeBinaryArray, row: usize) -> Result<RoaringTreemap> {
     if row >= column.len() {
         return Err(Error::corrupt(
@@ -192,6 +220,10 @@ pub fn decode_posting(column: &LargeBinaryArray, row: usize) -> Result<RoaringTr
 }
 
 /// Reads the whole trigram column and checks it is strictly ascending.
+///
+/// # Errors
+/// Corrupt for a bad trigram column, a row count mismatch or trigrams out of
+/// order; the errors of reading the file (Corrupt, NotFound, External).
 pub async fn read_trigrams(reader: &LanceFileReader) -> Result<Vec<Trigram>> {
     let mut trigrams = Vec::with_capacity(usize::try_from(reader.num_rows()).unwrap_or(0));
     if reader.num_rows() == 0 {

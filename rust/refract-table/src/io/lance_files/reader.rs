@@ -426,6 +426,10 @@ impl LanceFileReader {
     }
 
     /// Streams `rows` in batches of at most `batch_size` rows.
+    ///
+    /// # Errors
+    /// InvalidInput for a range outside the file, a zero `batch_size` or an
+    /// unknown projected column; reading yields Corrupt, NotFound or External.
     pub async fn read_range(
         &self,
         rows: Range<u64>,
@@ -456,6 +460,11 @@ impl LanceFileReader {
     /// Streams the rows of `ranges` (ascending, disjoint, non-empty) one after
     /// the other, in batches of at most `batch_size` rows that may span ranges:
     /// one read whose I/O the decoder schedules together.
+    ///
+    /// # Errors
+    /// InvalidInput for ranges that are not ascending, disjoint, non-empty and
+    /// inside the file, a zero `batch_size` or an unknown projected column;
+    /// reading yields Corrupt, NotFound or External.
     pub async fn read_ranges(
         &self,
         ranges: &[Range<u64>],
@@ -490,6 +499,10 @@ impl LanceFileReader {
     }
 
     /// Reads the whole file.
+    ///
+    /// # Errors
+    /// InvalidInput for an unknown projected column; Corrupt for damaged pages;
+    /// NotFound or External when the file cannot be read.
     pub async fn read_all(&self, projection: Option<&[&str]>) -> Result<Vec<RecordBatch>> {
         self.read_range(0..self.num_rows(), projection, DEFAULT_BATCH_ROWS)
             .await?
@@ -500,6 +513,10 @@ impl LanceFileReader {
     /// Reads the rows at `offsets` — any order, duplicates allowed — and returns
     /// them in caller order. Lance needs strictly increasing offsets, so they are
     /// sorted and deduplicated for the read and put back in order afterwards.
+    ///
+    /// # Errors
+    /// InvalidInput for an offset past the file or an unknown projected column;
+    /// Corrupt for damaged pages; NotFound or External when it cannot be read.
     pub async fn take(&self, offsets: &[u32], projection: Option<&[&str]>) -> Result<RecordBatch> {
         let (projection, schema) = self.projection(projection)?;
         if let Some(bad) = offsets
@@ -547,6 +564,10 @@ impl LanceFileReader {
     }
 
     /// Reads a global buffer written with [`LanceFileWriter::add_global_buffer`].
+    ///
+    /// # Errors
+    /// InvalidInput when the file has no buffer `index`; Corrupt, NotFound or
+    /// External when it cannot be read.
     pub async fn read_global_buffer(&self, index: u32) -> Result<Bytes> {
         let available = self.inner.reader.metadata().file_buffers.len();
         if usize::try_from(index).map_or(true, |i| i >= available) {

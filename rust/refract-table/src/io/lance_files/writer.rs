@@ -122,7 +122,11 @@ impl LanceFileWriter {
         self.schema.clone()
     }
 
-    /// Appends a batch; a schema mismatch is InvalidInput.
+    /// Appends a batch.
+    ///
+    /// # Errors
+    /// InvalidInput when `batch` does not match the file's schema (columns,
+    /// types, nulls in non-nullable columns); External when writing fails.
     pub async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         check_batch_matches(&self.schema, batch, &self.path)?;
         if batch.num_rows() == 0 {
@@ -137,6 +141,9 @@ impl LanceFileWriter {
     /// Queues a global buffer (index / row-map metadata) and returns the index
     /// [`LanceFileReader::read_global_buffer`] will find it at. Index 0 is Lance's
     /// own schema descriptor, so the first buffer added is 1.
+    ///
+    /// # Errors
+    /// InvalidInput when the file would hold more than `u32::MAX` buffers.
     pub fn add_global_buffer(&mut self, bytes: Bytes) -> Result<u32> {
         self.pending_global_buffers.push(bytes);
         u32::try_from(self.pending_global_buffers.len())
@@ -149,6 +156,10 @@ impl LanceFileWriter {
     }
 
     /// Completes the file and makes it visible.
+    ///
+    /// # Errors
+    /// External when writing fails; Corrupt when Lance stores a global buffer
+    /// at another index than [`Self::add_global_buffer`] promised.
     pub async fn finish(mut self) -> Result<LanceFileSummary> {
         for (position, bytes) in std::mem::take(&mut self.pending_global_buffers)
             .into_iter()

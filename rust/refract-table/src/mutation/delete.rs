@@ -8,7 +8,7 @@ use futures::{StreamExt, TryStreamExt};
 use refract_core::{DeletionVector, Result};
 use roaring::RoaringBitmap;
 
-use super::Dataset;
+use crate::dataset::Dataset;
 use crate::format::Fragment;
 use crate::io::deletion_file::write_deletion_file;
 use crate::predicate::{self, Expr};
@@ -37,13 +37,19 @@ enum FragmentChange {
 impl Dataset {
     /// Deletes the live rows matching `predicate` and commits (no new version
     /// when nothing matches).
+    ///
+    /// # Errors
+    /// NotSupported for writer flags this client does not write; InvalidInput for
+    /// a predicate that does not parse or fit the schema; those of
+    /// [`Self::fragment_reader`] and [`Self::deletion_vector`]; External writing a
+    /// deletion file; those of [`Self::commit`].
     pub async fn delete(&mut self, predicate_text: &str) -> Result<DeleteResult> {
-        self.features.check_write(self.manifest.writer_flags)?;
+        self.features().check_write(self.manifest().writer_flags)?;
         let expr = predicate::parse(predicate_text)?;
         expr.validate(&self.schema())?;
         let expr = Arc::new(expr);
         let dataset = self.clone();
-        let changes: Vec<FragmentChange> = futures::stream::iter(self.manifest.fragments.clone())
+        let changes: Vec<FragmentChange> = futures::stream::iter(self.manifest().fragments.clone())
             .map(|fragment| {
                 let dataset = dataset.clone();
                 let expr = expr.clone();
@@ -94,7 +100,7 @@ impl Dataset {
             return Ok(FragmentChange::Removed(fragment.id, newly_deleted));
         }
         let deletion = write_deletion_file(
-            &self.store,
+            self.store(),
             fragment.id,
             &DeletionVector::from_bitmap(union),
         )
