@@ -151,7 +151,24 @@ impl dyn Translator + '_ {
 #[async_trait::async_trait]
 pub trait BatchTranslator: Send + Sync {
     /// Same contract as [`Translator::translate`].
+    ///
+    /// # Errors
+    /// As [`Translator::translate`], plus the errors of reading the mapping
+    /// from storage (NotFound, Corrupt, External).
     async fn translate_batch(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()>;
+
+    /// Starts loading what translating will certainly need (say, the
+    /// metadata of a row map), so a caller can overlap it with its own reads
+    /// before the first batch: on a remote store that saves a round trip.
+    /// Optional: [`BatchTranslator::translate_batch`] loads whatever was not
+    /// prepared. Does nothing by default.
+    ///
+    /// # Errors
+    /// Those of loading the mapping, as [`BatchTranslator::translate_batch`]
+    /// would meet them.
+    async fn prepare(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 #[async_trait::async_trait]

@@ -15,10 +15,11 @@
 //! addresses waiting for it (at most [`MAX_TRANSLATION_BATCH`]). Input order
 //! and duplicates are preserved.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use refract_core::{BatchTranslator, Error, Result, RowAddress, MAX_TRANSLATION_BATCH};
+use refract_ledger::Mapping;
 use roaring::RoaringBitmap;
 
 use crate::history::FriHistory;
@@ -41,6 +42,11 @@ pub struct SegmentScope {
     /// Stored fragments of the segment.
     pub stored: RoaringBitmap,
 }
+
+/// [`BatchTranslator::prepare`] binds the row maps of the first hop when
+/// there are at most this many: more, and a query that touches one of them
+/// would pay for opening the rest.
+const PREPARED_ROW_MAPS: usize = 4;
 
 /// The translator of one segment over a version-1 history.
 pub struct SegmentTranslator {
@@ -161,6 +167,38 @@ impl FateCache {
 
 #[async_trait::async_trait]
 impl BatchTranslator for SegmentTranslator {
+    /// Binds the stable partitions that consume the segment's fragments
+    /// (their row maps are read from storage; ordered compactions are in the
+    /// ledger already), when there are at most [`PREPARED_ROW_MAPS`].
+    async fn prepare(&self) -> Result<()> {
+        let mut first_hops = BTreeSet::new();
+        for fragment in &self.scope.owned {
+            if self.scope.live.contains(fragment) {
+                continue;
+            }
+            let Some(transition) = self.history.consumer_of(u64::from(fragment)) else {
+                continue;
+            };
+            let reads_row_map = self.history.node(transition).is_some_and(|node| {
+                matches!(node.record.mapping(), Mapping::StablePartition { .. })
+            });
+            if reads_row_map {
+                first_hops.insert(transition);
+                if first_hops.len() > PREPARED_ROW_MAPS {
+                    return Ok(());
+                }
+            }
+        }
+        let mut binds = Vec::with_capacity(first_hops.len());
+        for transition in first_hops {
+            if let Some(node) = self.history.node(transition) {
+                binds.push(self.binder.bind(node));
+            }
+        }
+        futures::future::try_join_all(binds).await?;
+        Ok(())
+    }
+
     async fn translate_batch(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> Result<()> {
         if batch.len() > MAX_TRANSLATION_BATCH {
             return Err(Error::invalid_input(format!(

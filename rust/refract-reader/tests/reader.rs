@@ -388,3 +388,65 @@ async fn row_map_reads_are_bounded_cold_and_zero_warm_across_history_updates() {
     check(&t.ds, "id = 4321", ChunkCacheMode::Lazy).await;
     assert_eq!(t.ds.store().stats().requests_under("_fri"), 0);
 }
+
+/// `prepare` binds the stable partition's row map before any batch, so a
+/// query can overlap that read with its index search: afterwards,
+/// translating reads nothing more from `_fri`. A translator whose segment
+/// needs no row map prepares without a request.
+#[tokio::test]
+async fn prepare_reads_the_row_map_before_the_first_batch() {
+    let mut t = Table::new(2, 3_000).await;
+    t.index_all().await;
+    t.partition(&[1, 2], 4, |id| (id % 4) as u16).await;
+    let ds = t.ds.clone();
+    let reader = FriReader::open(&ds, ChunkCacheMode::Lazy).await.unwrap();
+    let resolved = reader.resolve(&segments(&ds, "id_idx")).await.unwrap();
+    let [segment] = resolved.as_slice() else {
+        panic!("one segment: {resolved:?}");
+    };
+    let translator = segment.translator.as_ref().expect("translated");
+    ds.store().reset_stats();
+    translator.prepare().await.unwrap();
+    assert_eq!(
+        ds.store().stats().requests_under("_fri"),
+        1,
+        "row map opened"
+    );
+    ds.store().reset_stats();
+    let stored = refract_core::row_address(1, 321);
+    let mut out = Vec::new();
+    translator
+        .translate_batch(&[stored], &mut out)
+        .await
+        .unwrap();
+    assert_eq!(out.len(), 1);
+    assert!(out[0].is_some_and(|new| new >> 32 > 2), "{out:?}");
+    assert_eq!(
+        ds.store().stats().total_requests(),
+        0,
+        "nothing left to read"
+    );
+
+    // Before the partition: no translation, nothing to prepare.
+    let mut plain = Table::new(2, 100).await;
+    plain.index_all().await;
+    plain.compact(&[1, 2], 200).await;
+    let reader = FriReader::open(&plain.ds, ChunkCacheMode::Lazy)
+        .await
+        .unwrap();
+    let resolved = reader
+        .resolve(&segments(&plain.ds, "id_idx"))
+        .await
+        .unwrap();
+    plain.ds.store().reset_stats();
+    for segment in &resolved {
+        if let Some(translator) = &segment.translator {
+            translator.prepare().await.unwrap();
+        }
+    }
+    assert_eq!(
+        plain.ds.store().stats().total_requests(),
+        0,
+        "ordered compactions live in the ledger"
+    );
+}

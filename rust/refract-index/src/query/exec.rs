@@ -313,7 +313,17 @@ async fn search_segments(
 ) -> Result<RoaringTreemap> {
     let mut all = RoaringTreemap::new();
     for served in &chosen.served {
-        let (stored, kind) = match served.reader.search(index_query).await? {
+        // The translator's row maps load while the segment is searched.
+        let prepare = async {
+            match &served.resolved.translator {
+                Some(translator) => translator.prepare().await,
+                None => Ok(()),
+            }
+        };
+        let (found, prepared) = futures::join!(served.reader.search(index_query), prepare);
+        let found = found?;
+        prepared?;
+        let (stored, kind) = match found {
             SearchResult::Exact(set) => (set, "exact"),
             SearchResult::Candidates(set) => (set, "candidates"),
             SearchResult::Scored(_) => {

@@ -35,6 +35,11 @@ const STORE_NAME: &str = "refract-verify";
 const KEPT_SPAN_BYTES: usize = 2 << 20;
 /// Verified spans kept at most (most recent first).
 const KEPT_SPANS: usize = 4;
+/// A read of fewer bytes also fetches the blocks after it, up to this many
+/// bytes in all (kept for later reads). Lance decodes a page by reading its
+/// metadata and then its data close by; on a remote store the second request
+/// costs a round trip, the extra bytes of the first next to nothing.
+const MIN_READ_BYTES: u64 = 256 * 1024;
 
 /// A verified span of a file: where it starts, its bytes, the file's metadata.
 #[derive(Debug)]
@@ -108,8 +113,9 @@ impl VerifyingStore {
             return Ok(result);
         }
         let covering = expected.checksum.covering(wanted.clone(), expected.size);
+        let fetched = with_read_ahead(covering.clone(), expected);
         let widened = GetOptions {
-            range: (!covering.is_empty()).then(|| GetRange::Bounded(covering.clone())),
+            range: (!fetched.is_empty()).then(|| GetRange::Bounded(fetched.clone())),
             ..options
         };
         let result = match self.inner.get_opts(location, widened).await {
@@ -128,7 +134,7 @@ impl VerifyingStore {
         let meta = result.meta.clone();
         let attributes = result.attributes.clone();
         let extensions = result.extensions.clone();
-        let bytes = if covering.is_empty() {
+        let fetched_bytes = if fetched.is_empty() {
             Bytes::new()
         } else {
             result.bytes().await?
@@ -136,10 +142,33 @@ impl VerifyingStore {
         if meta.size != expected.size {
             return Err(fail(size_mismatch(expected, meta.size)));
         }
+        // The blocks asked for must verify; blocks read ahead that do not
+        // are dropped, so damage outside a read never fails it.
+        let asked = usize::try_from(covering.end - covering.start)
+            .map_err(fail_external)?
+            .min(fetched_bytes.len());
+        let mut bytes = fetched_bytes.slice(..asked);
         expected
             .checksum
             .verify(&expected.name, expected.size, covering.start, &bytes)
             .map_err(fail)?;
+        // Read-ahead blocks are kept up to the first that does not verify.
+        let block = usize::try_from(expected.checksum.block_bytes()).map_err(fail_external)?;
+        let mut verified = asked;
+        for ahead in fetched_bytes[asked..].chunks(block) {
+            let start = covering.start + verified as u64;
+            if expected
+                .checksum
+                .verify(&expected.name, expected.size, start, ahead)
+                .is_err()
+            {
+                break;
+            }
+            verified += ahead.len();
+        }
+        if verified > asked {
+            bytes = fetched_bytes.slice(..verified);
+        }
         let from = usize::try_from(wanted.start - covering.start).map_err(fail_external)?;
         let to = usize::try_from(wanted.end - covering.start).map_err(fail_external)?;
         let slice = bytes.slice(from..to.min(bytes.len()));
@@ -186,6 +215,20 @@ impl VerifyingStore {
         kept.push_front(span);
         kept.truncate(KEPT_SPANS);
     }
+}
+
+/// `covering` (whole blocks) extended to [`MIN_READ_BYTES`] where it is
+/// shorter, still ending on a block boundary or at the end of the file.
+fn with_read_ahead(covering: Range<u64>, expected: &Expected) -> Range<u64> {
+    let short = !covering.is_empty() && covering.end - covering.start < MIN_READ_BYTES;
+    if !short || !MIN_READ_BYTES.is_multiple_of(expected.checksum.block_bytes()) {
+        return covering;
+    }
+    covering.start
+        ..covering
+            .start
+            .saturating_add(MIN_READ_BYTES)
+            .min(expected.size)
 }
 
 fn single_chunk(bytes: Bytes) -> GetResultPayload {
@@ -343,6 +386,53 @@ mod tests {
         );
         // A whole read is verified before any byte is returned.
         assert!(store.get(&path).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_short_read_reads_ahead_and_never_fails_on_blocks_it_did_not_ask_for() {
+        let bytes: Vec<u8> = (0..600_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let mut damaged = bytes.clone();
+        damaged[250_000] ^= 0x01; // block 3, read ahead of block 0
+        let memory = Arc::new(InMemory::new());
+        let path = Path::from("data/f.lance");
+        memory.put(&path, PutPayload::from(damaged)).await.unwrap();
+        let counting = Arc::new(crate::io::CountingStore::new(
+            memory as Arc<dyn ObjectStore>,
+        ));
+        let mut store = VerifyingStore::new(counting.clone());
+        store.verify_file(
+            path.clone(),
+            "data/f.lance".to_string(),
+            600_000,
+            FileChecksum::of(&bytes),
+        );
+        // Block 0 is asked for; blocks 1..=3 come with it, and block 3 is damaged.
+        assert_eq!(
+            &store.get_range(&path, 10..20).await.unwrap()[..],
+            &bytes[10..20]
+        );
+        assert_eq!(counting.stats().get_ranges, 1);
+        assert_eq!(counting.stats().bytes_read, MIN_READ_BYTES);
+        // Blocks 1 and 2 verified: served from memory.
+        assert_eq!(
+            &store.get_range(&path, 100_000..190_000).await.unwrap()[..],
+            &bytes[100_000..190_000]
+        );
+        assert_eq!(counting.stats().get_ranges, 1);
+        // Block 3 was dropped, not kept: asked for, it is fetched and fails.
+        let err = store.get_range(&path, 240_000..240_010).await.unwrap_err();
+        let found = verification_failure(&err).expect("a verification failure");
+        assert_eq!(
+            found.to_string(),
+            "corrupt data/f.lance: checksum mismatch in block 3 (bytes 196608..262144)"
+        );
+        assert_eq!(counting.stats().get_ranges, 2);
+        // Beyond the read-ahead: a request.
+        assert_eq!(
+            &store.get_range(&path, 400_000..400_010).await.unwrap()[..],
+            &bytes[400_000..400_010]
+        );
+        assert_eq!(counting.stats().get_ranges, 3);
     }
 
     #[tokio::test]
