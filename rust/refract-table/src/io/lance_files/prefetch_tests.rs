@@ -164,3 +164,38 @@ async fn prefetching_refuses_bad_sizes_and_missing_files() {
     let garbage = open(&store, &junk, Some(4_096), ReadMode::WholeFile).await;
     assert!(matches!(garbage, Err(Error::Corrupt { .. })), "{garbage:?}");
 }
+
+/// A cached open keeps the decoded footer: opening the same file again costs
+/// no request, and the reader reads what was written. One-pass opens keep
+/// nothing and read the footer every time.
+#[tokio::test]
+async fn a_warm_cached_open_reads_no_footer() {
+    let store = memory_store().await;
+    let at = path("data/a.lance");
+    let size = write(&store, &at, 1_050, false).await;
+    store.reset_stats();
+    open(&store, &at, Some(size), ReadMode::Cached)
+        .await
+        .unwrap();
+    let cold = store.stats().total_requests();
+    assert!(cold >= 1, "the footer is read once");
+    store.reset_stats();
+    let warm = open(&store, &at, Some(size), ReadMode::Cached)
+        .await
+        .unwrap();
+    assert_eq!(store.stats().total_requests(), 0, "warm open");
+    let taken = warm.take(&[1_049], Some(&["id"])).await.unwrap();
+    let ids = taken
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
+    assert_eq!(ids.values().to_vec(), vec![1_049]);
+    for _ in 0..2 {
+        store.reset_stats();
+        open(&store, &at, Some(size), ReadMode::OnePass)
+            .await
+            .unwrap();
+        assert_eq!(store.stats().total_requests(), cold, "one-pass opens");
+    }
+}

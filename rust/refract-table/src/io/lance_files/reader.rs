@@ -10,8 +10,9 @@ use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use lance_core::cache::LanceCache;
 use lance_encoding::decoder::{DecoderPlugins, FilterExpression};
-use lance_file::reader::{FileReader, FileReaderOptions, ReaderProjection};
+use lance_file::reader::{CachedFileMetadata, FileReader, FileReaderOptions, ReaderProjection};
 use lance_file::versions;
+use lance_file::LanceEncodingsIo;
 use lance_io::object_store::ObjectStore as LanceObjectStore;
 use lance_io::scheduler::{ScanScheduler, SchedulerConfig};
 
@@ -62,9 +63,34 @@ async fn open_isolated(
     }
 }
 
+/// The decoded footer of a Lance file of a given size, in a [`LanceCache`]:
+/// the engine never rewrites a file in place (every path holds a fresh
+/// uuid), so a later open of the same path and size skips the footer read.
+/// The size is part of the key so a file replaced by one of another size
+/// (truncated, say) is read again and refused.
+struct FileMetadataKey(String);
+
+impl FileMetadataKey {
+    fn new(path: &RelativePath, size: u64) -> Self {
+        Self(format!("{path}#{size}"))
+    }
+}
+
+impl lance_core::cache::CacheKey for FileMetadataKey {
+    type ValueType = CachedFileMetadata;
+
+    fn key(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(&self.0)
+    }
+
+    fn type_name() -> &'static str {
+        "refract::CachedFileMetadata"
+    }
+}
+
 /// Opens a reader on a file of `size` bytes (size already validated) in
-/// `lance_store`, keeping its metadata in `cache`, with `read_buffer_bytes`
-/// of I/O in flight at most.
+/// `lance_store`, keeping its metadata in `cache` (the footer too, so a warm
+/// open costs no request), with `read_buffer_bytes` of I/O in flight at most.
 async fn open_reader(
     lance_store: Arc<LanceObjectStore>,
     path: RelativePath,
@@ -78,12 +104,29 @@ async fn open_reader(
         .open_file(&path.to_object_path(), &CachedFileSize::new(size))
         .await
         .map_err(|e| lance_error("opening", &path, e, false))?;
-    let reader = FileReader::try_open(
-        file,
+    let key = FileMetadataKey::new(&path, size);
+    let metadata = match cache.get_with_key(&key).await {
+        Some(metadata) => metadata,
+        None => {
+            let metadata = Arc::new(
+                FileReader::read_all_metadata(&file)
+                    .await
+                    .map_err(|e| lance_error("opening", &path, e, true))?,
+            );
+            cache.insert_with_key(&key, metadata.clone()).await;
+            metadata
+        }
+    };
+    let options = FileReaderOptions::default();
+    let io = Arc::new(LanceEncodingsIo::new(file).with_read_chunk_size(options.read_chunk_size));
+    let reader = FileReader::try_open_with_file_metadata(
+        io,
+        path.to_object_path(),
         None,
         Arc::<DecoderPlugins>::default(),
+        metadata,
         &cache,
-        FileReaderOptions::default(),
+        options,
     )
     .await
     .map_err(|e| lance_error("opening", &path, e, true))?;
