@@ -143,12 +143,15 @@ class TextProgress:
         self._stream = stream if stream is not None else sys.stderr
         self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
         self._interval = interval
-        self._last = 0.0
+        # None until the first line: it always prints, however long the
+        # machine has been up (the monotonic clock may start near zero).
+        self._last: Optional[float] = None
 
     def __call__(self, p: Progress) -> None:
         final = p.done + p.failed >= p.total and p.committed + p.failed >= p.total
         now = time.monotonic()
-        if not final and not self._tty and now - self._last < self._interval:
+        throttled = self._last is not None and now - self._last < self._interval
+        if throttled and not final and not self._tty:
             return
         self._last = now
         line = (

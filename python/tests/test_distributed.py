@@ -278,7 +278,12 @@ def test_nothing_to_compact_commits_nothing(tmp_path):
     assert metrics.committed_version is None and metrics.fragments_removed == 0
 
 
-def test_text_progress():
+@pytest.mark.parametrize("uptime", [5.0, 1e6])
+def test_text_progress(monkeypatch, uptime):
+    # The first line prints however recently the machine booted (the
+    # monotonic clock starts near zero at boot).
+    clock = iter([uptime, uptime + 1, uptime + 2])
+    monkeypatch.setattr(distributed.time, "monotonic", lambda: next(clock))
     out = io.StringIO()
     bar = TextProgress(out, interval=3600)
     bar(Progress(10, 1, 0, 100, 0, 0, 1.0))

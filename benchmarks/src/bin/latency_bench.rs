@@ -206,6 +206,7 @@ async fn measure(args: &Args, place: &Place) -> Result<(), BoxError> {
             "rows_returned": result.batch.num_rows(),
             "wall_ms": started.elapsed().as_secs_f64() * 1e3,
             "requests": stats.total_requests(),
+            "store_round_trips": dataset.store().round_trips(),
         }));
     }
     // A stable partition recorded in the FRI (the btree stays on the old
@@ -254,6 +255,8 @@ async fn measure(args: &Args, place: &Place) -> Result<(), BoxError> {
                     // work between them is small against `wait`.
                     "round_trips": (place.wait_ms() > 0)
                         .then(|| wall.as_secs_f64() * 1e3 / place.wait_ms() as f64),
+                    // The longest chain of requests waiting on each other.
+                    "store_round_trips": dataset.store().round_trips(),
                 }));
         }
     }

@@ -450,3 +450,70 @@ async fn prepare_reads_the_row_map_before_the_first_batch() {
         "ordered compactions live in the ledger"
     );
 }
+
+/// Opens `ds`'s table again through a store where every request waits
+/// `wait`, so requests in flight together overlap and the store's round-trip
+/// count is the query's critical path.
+async fn behind_latency(ds: &Dataset, wait: std::time::Duration) -> Dataset {
+    use object_store::throttle::{ThrottleConfig, ThrottledStore};
+    let throttled = ThrottledStore::new(
+        ds.store().object_store().clone(),
+        ThrottleConfig {
+            wait_get_per_call: wait,
+            wait_put_per_call: wait,
+            wait_list_per_call: wait,
+            wait_delete_per_call: wait,
+            ..ThrottleConfig::default()
+        },
+    );
+    let store =
+        refract_table::io::DatasetStore::from_remote_object_store(Arc::new(throttled), ds.uri());
+    Dataset::open_with(
+        ds.uri(),
+        refract_table::OpenOptions {
+            store: Some(store),
+            ..refract_table::OpenOptions::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// A cold point query through one stable-partition transition waits five
+/// round trips: the segment's files, its values (with the row map's footer
+/// and the candidate fragments' files alongside), its addresses, the
+/// row-map chunk, the row. Without the FRI, four.
+#[tokio::test]
+async fn a_cold_point_query_waits_five_round_trips_through_a_partition() {
+    let mut t = Table::new(2, 3_000).await;
+    t.index_all().await;
+    let wait = std::time::Duration::from_millis(100);
+    let point = |ds: &Dataset| {
+        Query::new(ds)
+            .filter("id = 4321")
+            .unwrap()
+            .project(&["id"])
+            .with_resolver(Arc::new(FriResolver::with_mode(ChunkCacheMode::Lazy)))
+    };
+    let cold = behind_latency(&t.ds, wait).await;
+    cold.store().reset_stats();
+    let result = point(&cold).execute().await.unwrap();
+    assert_eq!(result.batch.num_rows(), 1);
+    assert_eq!(result.explain.path, refract_index::AccessPath::Index);
+    assert_eq!(cold.store().round_trips(), 4, "{:?}", cold.store().stats());
+
+    t.partition(&[1, 2], 4, |id| (id % 4) as u16).await;
+    let cold = behind_latency(&t.ds, wait).await;
+    cold.store().reset_stats();
+    let result = point(&cold).execute().await.unwrap();
+    assert_eq!(result.batch.num_rows(), 1);
+    assert_eq!(result.explain.segments.len(), 1);
+    assert!(result.explain.segments[0].translated);
+    assert_eq!(cold.store().round_trips(), 5, "{:?}", cold.store().stats());
+    // Warm: the row, and nothing of `_fri`.
+    cold.store().reset_stats();
+    let result = point(&cold).execute().await.unwrap();
+    assert_eq!(result.batch.num_rows(), 1);
+    assert_eq!(cold.store().stats().requests_under("_fri"), 0);
+    assert_eq!(cold.store().round_trips(), 1, "{:?}", cold.store().stats());
+}

@@ -164,7 +164,12 @@ async fn consider(
         }
     }
     let mut segments = Vec::new();
-    let addrs = search_segments(&chosen, index_query, &mut segments).await?;
+    let read = read_columns(query)?;
+    let (addrs, ()) = futures::join!(
+        search_segments(&chosen, index_query, &mut segments),
+        preopen(dataset, &covered, &read)
+    );
+    let addrs = addrs?;
     let all_exact = segments.iter().all(|s| s.result == "exact");
     let live = drop_deleted(dataset, addrs).await?;
     let index_work = Work::index(&live);
@@ -302,6 +307,51 @@ async fn serve(
         }
     }
     Ok(served)
+}
+
+/// Most covered fragments [`preopen`] opens.
+const PREOPEN_FRAGMENTS: u64 = 4;
+
+/// The columns a query reads from its fragments: the output and the filter's.
+fn read_columns(query: &Query) -> Result<Vec<String>> {
+    let mut read = output_columns(query)?;
+    for column in query.filter.iter().flat_map(Expr::columns) {
+        if !read.contains(&column) {
+            read.push(column);
+        }
+    }
+    Ok(read)
+}
+
+/// Opens the fragments the answer can come from while the index is
+/// searched: their deletion vectors, data-file metadata and the page
+/// metadata of the `columns` read (one row of each), all kept in the
+/// session's caches. The fetch that follows then reads only data, so a cold
+/// point query waits for the index's round trips and one more, not for the
+/// data file's own three. Only for a few fragments: a wide coverage would
+/// open files the answer never touches. Failures are left to the fetch,
+/// which reports them if it reads the file at all.
+async fn preopen(dataset: &Dataset, covered: &RoaringBitmap, columns: &[String]) {
+    if covered.len() > PREOPEN_FRAGMENTS {
+        return;
+    }
+    let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+    let columns = columns.as_slice();
+    let opens = covered
+        .iter()
+        .filter_map(|id| dataset.manifest().fragment(u64::from(id)))
+        .filter(|fragment| fragment.physical_rows > 0)
+        .map(|fragment| async move {
+            let (_, reader) = futures::join!(
+                dataset.deletion_vector(fragment),
+                dataset.fragment_reader(fragment)
+            );
+            let Ok(reader) = reader else { return };
+            if let Ok(rows) = reader.read_range(0..1, Some(columns), 1).await {
+                let _ = rows.try_collect::<Vec<_>>().await;
+            }
+        });
+    futures::future::join_all(opens).await;
 }
 
 /// Searches every served segment; returns current addresses (exact matches

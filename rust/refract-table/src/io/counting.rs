@@ -4,9 +4,15 @@
 //! Requests are attributed to the top-level directory of the object they touch
 //! (`data`, `_versions`, `_deletions`, `_indices`, ...), which is what read
 //! amplification assertions care about ("opening a dataset reads no data file").
+//!
+//! The counter also follows round trips: the longest chain of requests in
+//! which each starts only after the one before it has returned. On a store
+//! where every request costs a network round trip, that chain, not the
+//! request count, is what an operation waits for.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -95,6 +101,9 @@ struct Counters {
     parts_in_flight: AtomicU64,
     /// The most parts in flight at once since the last reset.
     max_parts_in_flight: AtomicU64,
+    /// The longest chain among the requests returned since the last reset
+    /// (see [`CountingStore::round_trips`]).
+    round_trips: AtomicU64,
 }
 
 impl Counters {
@@ -112,6 +121,22 @@ impl Counters {
 
     fn part_finished(&self) {
         self.parts_in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Awaits `request`, one round trip after the longest chain of requests
+    /// that had returned when it started.
+    async fn round_trip<T>(&self, request: impl Future<Output = T>) -> T {
+        let depth = self.round_trips.load(Ordering::SeqCst) + 1;
+        let out = request.await;
+        self.round_trips.fetch_max(depth, Ordering::SeqCst);
+        out
+    }
+
+    /// A request whose answer streams (listings, deletes): counted as
+    /// returning when it starts.
+    fn streamed_round_trip(&self) {
+        let depth = self.round_trips.load(Ordering::SeqCst) + 1;
+        self.round_trips.fetch_max(depth, Ordering::SeqCst);
     }
 
     fn record(&self, kind: Kind, dir: String, bytes_read: u64, bytes_written: u64) {
@@ -184,11 +209,22 @@ impl<S> CountingStore<S> {
         self.counters
             .max_parts_in_flight
             .store(now, Ordering::SeqCst);
+        self.counters.round_trips.store(0, Ordering::SeqCst);
     }
 
     /// The most multipart parts uploading at once since the last reset.
     pub fn max_parts_in_flight(&self) -> u64 {
         self.counters.max_parts_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Round trips since the last reset: the longest chain of requests in
+    /// which each started after the one before it had returned (a GET's
+    /// body may still stream after it returns; listings and deletes count as
+    /// returning when they start). With a store whose latency dominates the
+    /// work between requests, this is the operation's time in latencies.
+    /// A request still in flight at a reset counts its chain from before it.
+    pub fn round_trips(&self) -> u64 {
+        self.counters.round_trips.load(Ordering::SeqCst)
     }
 }
 
@@ -217,7 +253,9 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
         };
         let len = payload.content_length() as u64;
         self.counters.record(kind, object_dir(location), 0, len);
-        self.inner.put_opts(location, payload, opts).await
+        self.counters
+            .round_trip(self.inner.put_opts(location, payload, opts))
+            .await
     }
 
     async fn put_multipart_opts(
@@ -226,7 +264,10 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
         self.counters.record(Kind::Put, object_dir(location), 0, 0);
-        let upload = self.inner.put_multipart_opts(location, opts).await?;
+        let upload = self
+            .counters
+            .round_trip(self.inner.put_multipart_opts(location, opts))
+            .await?;
         Ok(Box::new(CountingUpload {
             inner: upload,
             location: location.clone(),
@@ -247,7 +288,10 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
             Kind::Get
         };
         let head = options.head;
-        let result = self.inner.get_opts(location, options).await;
+        let result = self
+            .counters
+            .round_trip(self.inner.get_opts(location, options))
+            .await;
         // Bytes come from the returned range so the body is not consumed here.
         let bytes = match (&result, head) {
             (Ok(r), false) => r.range.end.saturating_sub(r.range.start),
@@ -267,13 +311,16 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
             self.counters
                 .record(Kind::GetRange, object_dir(location), len, 0);
         }
-        self.inner.get_ranges(location, ranges).await
+        self.counters
+            .round_trip(self.inner.get_ranges(location, ranges))
+            .await
     }
 
     fn delete_stream(
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.counters.streamed_round_trip();
         let counters = self.counters.clone();
         let counted = locations
             .map(move |location| {
@@ -288,6 +335,7 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         self.counters.record(Kind::List, prefix_dir(prefix), 0, 0);
+        self.counters.streamed_round_trip();
         self.inner.list(prefix)
     }
 
@@ -297,12 +345,15 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         self.counters.record(Kind::List, prefix_dir(prefix), 0, 0);
+        self.counters.streamed_round_trip();
         self.inner.list_with_offset(prefix, offset)
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
         self.counters.record(Kind::List, prefix_dir(prefix), 0, 0);
-        self.inner.list_with_delimiter(prefix).await
+        self.counters
+            .round_trip(self.inner.list_with_delimiter(prefix))
+            .await
     }
 
     async fn copy_opts(
@@ -316,7 +367,9 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
             CopyMode::Overwrite => Kind::Put,
         };
         self.counters.record(kind, object_dir(to), 0, 0);
-        self.inner.copy_opts(from, to, options).await
+        self.counters
+            .round_trip(self.inner.copy_opts(from, to, options))
+            .await
     }
 
     async fn rename_opts(
@@ -330,7 +383,9 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
             RenameTargetMode::Overwrite => Kind::Put,
         };
         self.counters.record(kind, object_dir(to), 0, 0);
-        self.inner.rename_opts(from, to, options).await
+        self.counters
+            .round_trip(self.inner.rename_opts(from, to, options))
+            .await
     }
 }
 
@@ -352,14 +407,14 @@ impl MultipartUpload for CountingUpload {
         let part = self.inner.put_part(data);
         let counters = self.counters.clone();
         Box::pin(async move {
-            let uploaded = part.await;
+            let uploaded = counters.round_trip(part).await;
             counters.part_finished();
             uploaded
         })
     }
 
     async fn complete(&mut self) -> object_store::Result<PutResult> {
-        self.inner.complete().await
+        self.counters.round_trip(self.inner.complete()).await
     }
 
     async fn abort(&mut self) -> object_store::Result<()> {
@@ -440,6 +495,36 @@ mod tests {
 
         store.reset();
         assert_eq!(store.stats(), RequestStats::default());
+    }
+
+    /// Requests awaited one after another chain; requests in flight together
+    /// add one round trip between them, however many they are.
+    #[tokio::test]
+    async fn round_trips_follow_the_longest_chain_of_requests() {
+        use object_store::throttle::{ThrottleConfig, ThrottledStore};
+        let wait = std::time::Duration::from_millis(50);
+        let store = CountingStore::new(ThrottledStore::new(
+            InMemory::new(),
+            ThrottleConfig {
+                wait_get_per_call: wait,
+                wait_put_per_call: wait,
+                ..ThrottleConfig::default()
+            },
+        ));
+        let paths: Vec<Path> = (0..4).map(|i| Path::from(format!("data/{i}"))).collect();
+        for path in &paths {
+            store.put(path, PutPayload::from_static(b"x")).await.unwrap();
+        }
+        assert_eq!(store.round_trips(), 4);
+        store.reset();
+        assert_eq!(store.round_trips(), 0);
+        // Four GETs at once, then one after them: two round trips.
+        futures::future::try_join_all(paths.iter().map(|p| store.get_range(p, 0..1)))
+            .await
+            .unwrap();
+        store.head(&paths[0]).await.unwrap();
+        assert_eq!(store.round_trips(), 2);
+        assert_eq!(store.stats().total_requests(), 5);
     }
 
     #[tokio::test]

@@ -399,6 +399,13 @@ impl DatasetStore {
         self.counting.max_parts_in_flight()
     }
 
+    /// Round trips since the last [`Self::reset_stats`]: the longest chain
+    /// of requests each started after the one before it returned (see
+    /// [`CountingStore::round_trips`]).
+    pub fn round_trips(&self) -> u64 {
+        self.counting.round_trips()
+    }
+
     /// Reads a whole object.
     ///
     /// # Errors
