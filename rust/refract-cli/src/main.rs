@@ -4,15 +4,12 @@ use clap::error::ErrorKind;
 use clap::Parser;
 use refract_cli::args::Cli;
 
-/// glibc's malloc keeps a growing arena per thread and returns little of it:
-/// an ivf_flat build over 2M rows peaked at 491 MB of RSS for 195 MB of heap.
-/// mimalloc gives freed pages back, so the process's memory follows its heap.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Threads for blocking file I/O (local stores read and write on them). Each
-/// keeps its own allocator heap, so an unbounded pool (tokio's default is 512)
-/// holds memory that grows with the work done.
+/// keeps its own allocator arena, so an unbounded pool (tokio's default is 512)
+/// holds memory that grows with the work done. The process uses the system
+/// allocator: with this bound it kept an ivf_flat build over 8M rows at
+/// 360 MB and a 2M-row compaction at 150 MB, where mimalloc held 843 MB and
+/// 250 MB (docs/benchmarks.md, ivf_flat build memory).
 const BLOCKING_THREADS: usize = 16;
 
 fn main() {

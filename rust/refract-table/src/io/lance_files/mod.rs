@@ -25,6 +25,12 @@ pub const STREAMING_PAGE_BYTES: u64 = 1024 * 1024;
 /// segment fills entirely: its peak RSS followed that budget, not the rows.
 /// 64 MiB still covers several 8 MiB pages per column.
 pub const READ_BUFFER_BYTES: u64 = 64 * 1024 * 1024;
+/// File bytes one read of a row range schedules at once. Lance plans every
+/// chunk of a read before decoding it (about 2 % of the bytes planned, kept
+/// while the read runs), so a long range is read as consecutive windows of
+/// about this many bytes: an index build streaming a 1 GB spill file held
+/// 26 MB of plans, growing with the file.
+pub const READ_WINDOW_BYTES: u64 = 64 * 1024 * 1024;
 use lance_io::utils::CachedFileSize;
 
 use super::upload::StreamingUpload;

@@ -3,6 +3,7 @@
 use arrow_array::{Int64Array, StringArray};
 use arrow_schema::{DataType, Field};
 use bytes::Bytes;
+use futures::TryStreamExt;
 use rstest::rstest;
 
 use std::sync::Arc;
@@ -198,4 +199,45 @@ async fn a_warm_cached_open_reads_no_footer() {
             .unwrap();
         assert_eq!(store.stats().total_requests(), cold, "one-pass opens");
     }
+}
+
+/// A long range is read in windows (Lance plans a whole read up front):
+/// the batches are exactly those of one read.
+#[tokio::test]
+async fn a_range_read_in_windows_yields_the_batches_of_one_read() {
+    let store = memory_store().await;
+    let at = path("data/long.lance");
+    let size = write(&store, &at, 5_000, false).await;
+    let reader = open(&store, &at, Some(size), ReadMode::OnePass)
+        .await
+        .unwrap();
+    let bytes_per_row = size / 5_000;
+    // About 3 batches a window: 128 × 3 = 384 rows, 13 windows.
+    assert_eq!(reader.window_rows(128, bytes_per_row * 400), 384);
+    assert_eq!(reader.window_rows(128, 1), 128, "at least one batch");
+    let (projection, _) = reader.projection(None).unwrap();
+    let whole: Vec<RecordBatch> = reader
+        .stream_range(37..4_990, projection.clone(), 128)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let windowed: Vec<RecordBatch> = reader
+        .read_windows(37..4_990, projection, 128, bytes_per_row * 400)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let sizes: Vec<usize> = windowed.iter().map(RecordBatch::num_rows).collect();
+    assert_eq!(sizes.len(), 39);
+    assert_eq!(sizes.iter().sum::<usize>(), 4_953);
+    assert_eq!(windowed, whole);
+    let ids = windowed[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
+    assert_eq!(ids.value(0), 37);
 }

@@ -136,6 +136,7 @@ async fn open_reader(
             reader,
             schema,
             path,
+            size,
         }),
     })
 }
@@ -196,6 +197,8 @@ struct ReaderInner {
     reader: FileReader,
     schema: SchemaRef,
     path: RelativePath,
+    /// The file's bytes.
+    size: u64,
 }
 
 /// Reads one Lance file. Cheap to clone; `Send + Sync`.
@@ -371,7 +374,10 @@ impl LanceFileReader {
     }
 
     /// The Lance projection for `columns` (all columns when `None`) and its Arrow schema.
-    fn projection(&self, columns: Option<&[&str]>) -> Result<(ReaderProjection, SchemaRef)> {
+    pub(super) fn projection(
+        &self,
+        columns: Option<&[&str]>,
+    ) -> Result<(ReaderProjection, SchemaRef)> {
         let reader = &self.inner.reader;
         let Some(columns) = columns else {
             let projection =
@@ -493,6 +499,55 @@ impl LanceFileReader {
         if rows.is_empty() {
             return Ok(stream::empty().boxed());
         }
+        self.read_windows(rows, projection, batch_size, READ_WINDOW_BYTES)
+            .await
+    }
+
+    /// [`Self::read_range`] of a checked, non-empty range, one read per
+    /// window of about `window_bytes`.
+    pub(super) async fn read_windows(
+        &self,
+        rows: Range<u64>,
+        projection: ReaderProjection,
+        batch_size: u32,
+        window_bytes: u64,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let window = self.window_rows(batch_size, window_bytes);
+        if rows.end - rows.start <= window {
+            return self.stream_range(rows, projection, batch_size).await;
+        }
+        // One read per window, the next scheduled while the one before is
+        // drained; batches come out as from one read (windows hold whole batches).
+        let reader = self.clone();
+        let windows = (rows.start..rows.end)
+            .step_by(usize::try_from(window).unwrap_or(usize::MAX))
+            .map(move |start| start..(start + window).min(rows.end));
+        Ok(stream::iter(windows)
+            .map(move |window| {
+                let (reader, projection) = (reader.clone(), projection.clone());
+                async move { reader.stream_range(window, projection, batch_size).await }
+            })
+            .buffered(2)
+            .try_flatten()
+            .boxed())
+    }
+
+    /// Rows one read of this file schedules at most: a whole number of
+    /// batches of `batch_size` rows holding about `window_bytes` (at least
+    /// one batch).
+    pub(super) fn window_rows(&self, batch_size: u32, window_bytes: u64) -> u64 {
+        let rows = self.num_rows().max(1);
+        let bytes_per_row = (self.inner.size / rows).max(1);
+        let batch = u64::from(batch_size.max(1));
+        (window_bytes / bytes_per_row / batch).max(1) * batch
+    }
+
+    pub(super) async fn stream_range(
+        &self,
+        rows: Range<u64>,
+        projection: ReaderProjection,
+        batch_size: u32,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         let range = usize::try_from(rows.start)
             .and_then(|start| usize::try_from(rows.end).map(|end| start..end))
             .map_err(|_| Error::invalid_input(format!("row range {rows:?} exceeds usize")))?;
