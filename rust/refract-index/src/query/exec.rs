@@ -7,6 +7,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::TryStreamExt;
 use refract_core::{Error, Result};
 use refract_table::io::index_dir;
+use refract_table::io::lance_files::PREFETCH_LIMIT_BYTES;
 use refract_table::predicate::Expr;
 use refract_table::{Dataset, IndexMetadata, RowSelection, ROW_ADDRESS_COLUMN};
 use roaring::{RoaringBitmap, RoaringTreemap};
@@ -328,8 +329,10 @@ fn read_columns(query: &Query) -> Result<Vec<String>> {
 /// metadata of the `columns` read (one row of each), all kept in the
 /// session's caches. The fetch that follows then reads only data, so a cold
 /// point query waits for the index's round trips and one more, not for the
-/// data file's own three. Only for a few fragments: a wide coverage would
-/// open files the answer never touches. Failures are left to the fetch,
+/// data file's own three. Only for a few fragments (a wide coverage would
+/// open files the answer never touches) and only for files larger than
+/// [`PREFETCH_LIMIT_BYTES`]: a smaller one costs the fetch one or two reads,
+/// which opening it ahead would not save. Failures are left to the fetch,
 /// which reports them if it reads the file at all.
 async fn preopen(dataset: &Dataset, covered: &RoaringBitmap, columns: &[String]) {
     if covered.len() > PREOPEN_FRAGMENTS {
@@ -340,7 +343,10 @@ async fn preopen(dataset: &Dataset, covered: &RoaringBitmap, columns: &[String])
     let opens = covered
         .iter()
         .filter_map(|id| dataset.manifest().fragment(u64::from(id)))
-        .filter(|fragment| fragment.physical_rows > 0)
+        .filter(|fragment| {
+            let bytes: u64 = fragment.files.iter().map(|f| f.size_bytes).sum();
+            fragment.physical_rows > 0 && bytes > PREFETCH_LIMIT_BYTES
+        })
         .map(|fragment| async move {
             let (_, reader) = futures::join!(
                 dataset.deletion_vector(fragment),

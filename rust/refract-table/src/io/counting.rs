@@ -513,7 +513,10 @@ mod tests {
         ));
         let paths: Vec<Path> = (0..4).map(|i| Path::from(format!("data/{i}"))).collect();
         for path in &paths {
-            store.put(path, PutPayload::from_static(b"x")).await.unwrap();
+            store
+                .put(path, PutPayload::from_static(b"x"))
+                .await
+                .unwrap();
         }
         assert_eq!(store.round_trips(), 4);
         store.reset();
