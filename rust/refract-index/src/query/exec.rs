@@ -353,6 +353,10 @@ async fn preopen(dataset: &Dataset, covered: &RoaringBitmap, columns: &[String])
                 dataset.fragment_reader(fragment)
             );
             let Ok(reader) = reader else { return };
+            if reader.opened_warm() {
+                // Opened before: its page metadata is most likely cached too.
+                return;
+            }
             if let Ok(rows) = reader.read_range(0..1, Some(columns), 1).await {
                 let _ = rows.try_collect::<Vec<_>>().await;
             }

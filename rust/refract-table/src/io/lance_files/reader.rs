@@ -105,7 +105,9 @@ async fn open_reader(
         .await
         .map_err(|e| lance_error("opening", &path, e, false))?;
     let key = FileMetadataKey::new(&path, size);
-    let metadata = match cache.get_with_key(&key).await {
+    let cached = cache.get_with_key(&key).await;
+    let warm = cached.is_some();
+    let metadata = match cached {
         Some(metadata) => metadata,
         None => {
             let metadata = Arc::new(
@@ -137,6 +139,7 @@ async fn open_reader(
             schema,
             path,
             size,
+            warm,
         }),
     })
 }
@@ -199,6 +202,8 @@ struct ReaderInner {
     path: RelativePath,
     /// The file's bytes.
     size: u64,
+    /// The file's metadata came from the store's cache.
+    warm: bool,
 }
 
 /// Reads one Lance file. Cheap to clone; `Send + Sync`.
@@ -361,6 +366,13 @@ impl LanceFileReader {
     /// The path this reader was opened on.
     pub fn path(&self) -> &RelativePath {
         &self.inner.path
+    }
+
+    /// True when the file's metadata came from the store's metadata cache:
+    /// the file was opened before through this store, so its footer and
+    /// most likely its page metadata cost no request now.
+    pub fn opened_warm(&self) -> bool {
+        self.inner.warm
     }
 
     /// Rows in the file.
