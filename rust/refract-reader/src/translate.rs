@@ -169,7 +169,7 @@ impl FateCache {
 impl BatchTranslator for SegmentTranslator {
     /// Binds the stable partitions that consume the segment's fragments
     /// (their row maps are read from storage; ordered compactions are in the
-    /// ledger already), when there are at most [`PREPARED_ROW_MAPS`].
+    /// ledger already), when there are at most four of them.
     async fn prepare(&self) -> Result<()> {
         let mut first_hops = BTreeSet::new();
         for fragment in &self.scope.owned {
