@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use object_store::memory::InMemory;
 use object_store::path::Path as ObjectPath;
-use object_store::throttle::{ThrottleConfig, ThrottledStore};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use refract_benchmarks::{copy_dir, emit, BoxError};
 use refract_cli::commands::data::{append_synthetic, open_or_create};
@@ -85,16 +84,7 @@ fn store_on(memory: &Arc<InMemory>, wait: Duration) -> DatasetStore {
     if wait.is_zero() {
         return DatasetStore::from_object_store(inner, "memory://latency");
     }
-    let throttled: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(
-        inner,
-        ThrottleConfig {
-            wait_get_per_call: wait,
-            wait_put_per_call: wait,
-            wait_list_per_call: wait,
-            wait_delete_per_call: wait,
-            ..ThrottleConfig::default()
-        },
-    ));
+    let throttled = refract_table::testing::with_latency(inner, wait);
     DatasetStore::from_remote_object_store(throttled, "memory://latency")
 }
 

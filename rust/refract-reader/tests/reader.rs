@@ -455,19 +455,8 @@ async fn prepare_reads_the_row_map_before_the_first_batch() {
 /// `wait`, so requests in flight together overlap and the store's round-trip
 /// count is the query's critical path.
 async fn behind_latency(ds: &Dataset, wait: std::time::Duration) -> Dataset {
-    use object_store::throttle::{ThrottleConfig, ThrottledStore};
-    let throttled = ThrottledStore::new(
-        ds.store().object_store().clone(),
-        ThrottleConfig {
-            wait_get_per_call: wait,
-            wait_put_per_call: wait,
-            wait_list_per_call: wait,
-            wait_delete_per_call: wait,
-            ..ThrottleConfig::default()
-        },
-    );
-    let store =
-        refract_table::io::DatasetStore::from_remote_object_store(Arc::new(throttled), ds.uri());
+    let throttled = refract_table::testing::with_latency(ds.store().object_store().clone(), wait);
+    let store = refract_table::io::DatasetStore::from_remote_object_store(throttled, ds.uri());
     Dataset::open_with(
         ds.uri(),
         refract_table::OpenOptions {

@@ -523,6 +523,24 @@ async fn fault_run(
     }
 }
 
+/// `inner` behind object_store's `ThrottledStore`: every GET, PUT, LIST and
+/// DELETE waits `wait` first, a remote store's latency simulated in memory
+/// (round-trip tests and the latency benchmark). Open it with
+/// [`DatasetStore::from_remote_object_store`].
+pub fn with_latency(inner: Arc<dyn ObjectStore>, wait: Duration) -> Arc<dyn ObjectStore> {
+    use object_store::throttle::{ThrottleConfig, ThrottledStore};
+    Arc::new(ThrottledStore::new(
+        inner,
+        ThrottleConfig {
+            wait_get_per_call: wait,
+            wait_put_per_call: wait,
+            wait_list_per_call: wait,
+            wait_delete_per_call: wait,
+            ..ThrottleConfig::default()
+        },
+    ))
+}
+
 /// Storage options that reach a local S3 test server at `endpoint` (moto
 /// checks no signature, but requests are signed with dummy keys anyway:
 /// unsigned conditional writes are refused).
