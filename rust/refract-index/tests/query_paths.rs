@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::{
+    FixedSizeListArray, Float32Array, Int32Array, Int64Array, RecordBatch, StringArray,
+};
 use arrow_schema::{DataType, Field, Schema};
 use refract_index::query::cost::Work;
 use refract_index::{create_index, AccessPath, IndexParams, IndexUse, Query, QueryResult};
@@ -269,4 +271,93 @@ async fn the_cheaper_of_two_indexed_conjuncts_serves() {
     assert_eq!(considered, vec!["level_idx", "id_idx"]);
     assert_eq!(result.explain.index.as_deref(), Some("id_idx"));
     assert_eq!(result.explain.path, AccessPath::Index);
+}
+
+/// A point query whose index serves a few large fragments opens their data
+/// files (footer, the read columns' page metadata) while it searches: behind
+/// a store where every request waits, the cold query waits for the index's
+/// round trips and one more for the row, and a warm one for the row alone.
+#[tokio::test]
+async fn a_cold_point_query_opens_large_fragments_while_it_searches() {
+    const ROWS: i64 = 100_000;
+    let uri = format!("memory://query-paths-{}", uuid::Uuid::new_v4());
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new(
+            "vec",
+            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), 16),
+            false,
+        ),
+    ]));
+    let mut ds = Dataset::create(&uri, schema.clone(), OpenOptions::default())
+        .await
+        .unwrap();
+    for fragment in 0..2 {
+        let ids: Vec<i64> = (fragment * ROWS..(fragment + 1) * ROWS).collect();
+        // 64 bytes of scrambled floats a row: Lance cannot compress them.
+        let values: Float32Array = ids
+            .iter()
+            .flat_map(|i| {
+                (0..16u64).map(move |j| {
+                    ((*i as u64 * 16 + j).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f32
+                })
+            })
+            .collect();
+        let vec = FixedSizeListArray::new(
+            Arc::new(Field::new("item", DataType::Float32, true)),
+            16,
+            Arc::new(values),
+            None,
+        );
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from(ids)), Arc::new(vec)],
+        )
+        .unwrap();
+        ds.append(vec![batch], &WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let ds = create_index(&ds, "id_idx", "id", "btree", &IndexParams::default())
+        .await
+        .unwrap();
+    for fragment in ds.fragments() {
+        let bytes: u64 = fragment.files.iter().map(|f| f.size_bytes).sum();
+        assert!(
+            bytes > refract_table::io::lance_files::PREFETCH_LIMIT_BYTES,
+            "fragment {} is {bytes} bytes: too small to be opened ahead",
+            fragment.id
+        );
+    }
+    let throttled = refract_table::testing::with_latency(
+        ds.store().object_store().clone(),
+        std::time::Duration::from_millis(100),
+    );
+    let store = refract_table::io::DatasetStore::from_remote_object_store(throttled, &uri);
+    let cold = Dataset::open_with(
+        &uri,
+        OpenOptions {
+            store: Some(store),
+            ..OpenOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let point = || async {
+        Query::new(&cold)
+            .filter("id = 123456")
+            .unwrap()
+            .project(&["id", "vec"])
+            .execute()
+            .await
+            .unwrap()
+    };
+    cold.store().reset_stats();
+    let result = point().await;
+    assert_eq!(result.batch.num_rows(), 1);
+    assert_eq!(result.explain.path, AccessPath::Index);
+    assert_eq!(cold.store().round_trips(), 4, "{:?}", cold.store().stats());
+    cold.store().reset_stats();
+    assert_eq!(point().await.batch.num_rows(), 1);
+    assert_eq!(cold.store().round_trips(), 1, "{:?}", cold.store().stats());
 }
