@@ -3,6 +3,8 @@
 //! Every benchmark binary prints one JSON object per measurement on stdout, so
 //! runs can be collected with `> results.jsonl` and compared over time.
 
+#![warn(missing_docs)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
