@@ -24,6 +24,7 @@ use url::Url;
 use super::cloud::{open_cloud, redacted_uri, scheme_of, Cloud, CloudTraits, StorageOptions};
 use super::counting::{CountingStore, RequestStats};
 use super::direct_local::{DirectLocalStore, DIRECT_WRITES_OPTION};
+use super::object_stream::byte_stream;
 use super::paths::RelativePath;
 use super::recorded_files::{verify_checksum_stream, verify_stream, FileJournal, RecordedFile};
 use super::verifying_store::{verification_failure, VerifyingStore};
@@ -579,11 +580,7 @@ impl DatasetStore {
             .get(&path.to_object_path())
             .await
             .map_err(|e| store_error("reading", path, e))?;
-        let named = path.clone();
-        Ok(result
-            .into_stream()
-            .map_err(move |e| store_error("reading", &named, e))
-            .boxed())
+        Ok(byte_stream(result, path))
     }
 
     /// Reads `path` once, in pieces, and returns its size and checksum.
