@@ -165,7 +165,7 @@ async fn consider(
         }
     }
     let mut segments = Vec::new();
-    let read = read_columns(query)?;
+    let read = with_filter_columns(&output_columns(query)?, query.filter.as_ref());
     let (addrs, ()) = futures::join!(
         search_segments(&chosen, index_query, &mut segments),
         preopen(dataset, &covered, &read)
@@ -313,15 +313,16 @@ async fn serve(
 /// Most covered fragments [`preopen`] opens.
 const PREOPEN_FRAGMENTS: u64 = 4;
 
-/// The columns a query reads from its fragments: the output and the filter's.
-fn read_columns(query: &Query) -> Result<Vec<String>> {
-    let mut read = output_columns(query)?;
-    for column in query.filter.iter().flat_map(Expr::columns) {
+/// `columns`, then the columns of `filter` not among them: what a read
+/// that checks `filter` on its rows needs.
+fn with_filter_columns(columns: &[String], filter: Option<&Expr>) -> Vec<String> {
+    let mut read = columns.to_vec();
+    for column in filter.iter().flat_map(|expr| expr.columns()) {
         if !read.contains(&column) {
             read.push(column);
         }
     }
-    Ok(read)
+    read
 }
 
 /// Opens the fragments the answer can come from while the index is
@@ -546,14 +547,7 @@ pub(crate) async fn fetch_ordered(
     residual: Option<&Expr>,
 ) -> Result<RecordBatch> {
     let out_schema = output_schema(dataset, columns, false)?;
-    let mut read: Vec<String> = columns.to_vec();
-    if let Some(expr) = residual {
-        for c in expr.columns() {
-            if !read.contains(&c) {
-                read.push(c);
-            }
-        }
-    }
+    let read = with_filter_columns(columns, residual);
     let read_refs: Vec<&str> = read.iter().map(String::as_str).collect();
     let mut batches = Vec::new();
     for chunk in ordered.chunks(TAKE_CHUNK) {

@@ -528,6 +528,10 @@ mod tests {
         store.head(&paths[0]).await.unwrap();
         assert_eq!(store.round_trips(), 2);
         assert_eq!(store.stats().total_requests(), 5);
+        // A listing counts when it starts: a GET after it is one more.
+        let _: Vec<_> = store.list(None).try_collect().await.unwrap();
+        store.head(&paths[1]).await.unwrap();
+        assert_eq!(store.round_trips(), 4);
     }
 
     #[tokio::test]
