@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
+# A clean checkout builds once: incremental state would only cost disk space.
+export CARGO_INCREMENTAL=0
 source ci/s3.sh
 source ci/azure.sh
 cargo test --workspace --all-targets --locked "$@"
