@@ -19,17 +19,25 @@ its own `VmHWM`, read by the child just before it exits; `ms` is the step alone,
 the child after the dataset is opened; `wall_ms` is the whole child process.
 Every measurement is one JSON line on stdout; medians and the Refract/peer
 ratio follow per workload, then a text table.
+
+The `s3` workloads run both engines against a local S3 server (moto, started
+by the runner from ci/moto_server.py and stopped at the end): every repeat
+uploads a fresh copy of the base dataset under its own prefix, runs one child,
+and counts the requests that child sent from the server's request log
+(`requests`; Refract's own count is `refract_counted_requests`).
 """
 
 import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 PEER_VERSION = "14.0.2"
@@ -37,6 +45,9 @@ REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / "target" / "peer-venv"
 VENV_PYTHON = VENV / "bin" / "python"
 REFRACT_BIN = REPO / "target" / "release" / "side_by_side"
+MOTO_SERVER = REPO / "ci" / "moto_server.py"
+MOTO_REQUIREMENTS = ["moto[s3]==5.2.5", "flask", "flask-cors"]
+S3_BUCKET = "peer-bench"
 INDEX_TYPES = ["btree", "bitmap", "ngram", "ivf_flat"]
 INDEX_COLUMNS = {"btree": "id", "bitmap": "category", "ngram": "text", "ivf_flat": "vec"}
 PEER_INDEX_TYPES = {"btree": "BTREE", "bitmap": "BITMAP", "ngram": "NGRAM", "ivf_flat": "IVF_FLAT"}
@@ -57,8 +68,8 @@ GRID_BUDGETS = [2, 3, 8, None]
 
 
 def ensure_venv():
-    """Creates target/peer-venv with pylance and pyarrow unless it has them."""
-    check = [str(VENV_PYTHON), "-c", "import lance, pyarrow; print(lance.__version__)"]
+    """Creates target/peer-venv with pylance, pyarrow and moto unless it has them."""
+    check = [str(VENV_PYTHON), "-c", "import lance, pyarrow, moto; print(lance.__version__)"]
     if VENV_PYTHON.exists():
         found = subprocess.run(check, capture_output=True, text=True)
         if found.returncode == 0 and found.stdout.strip() == PEER_VERSION:
@@ -66,7 +77,8 @@ def ensure_venv():
     print(f"creating {VENV} with pylance=={PEER_VERSION}", file=sys.stderr)
     subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     subprocess.run(
-        [str(VENV_PYTHON), "-m", "pip", "install", "-q", f"pylance=={PEER_VERSION}", "pyarrow"],
+        [str(VENV_PYTHON), "-m", "pip", "install", "-q", f"pylance=={PEER_VERSION}", "pyarrow",
+         *MOTO_REQUIREMENTS],
         check=True,
     )
 
@@ -113,6 +125,11 @@ def refract(step, directory, *args):
     return run_child([str(REFRACT_BIN), step, "--dir", str(directory), *map(str, args)])
 
 
+def refract_s3(s3, step, location, *args):
+    options = [arg for key, value in s3.storage_options.items() for arg in ("--storage-option", f"{key}={value}")]
+    return run_child([str(REFRACT_BIN), step, "--uri", location, *options, *map(str, args)])
+
+
 def peer(step, directory, **params):
     spec = json.dumps({"step": step, "dir": str(directory), **params})
     return run_child([str(VENV_PYTHON), str(Path(__file__).resolve()), "--child", spec])
@@ -139,8 +156,18 @@ def peer_child(spec):
     import lance
 
     step, uri = spec["step"], spec["dir"]
-    ds = lance.dataset(uri)
+    storage_options = spec.get("storage_options")
     record = {"step": step, "rss_before_bytes": proc_status_bytes("VmRSS")}
+    if step == "query":
+        # Cold: the dataset is opened inside the clock.
+        started = time.perf_counter()
+        ds = lance.dataset(uri, storage_options=storage_options)
+        record["rows"] = ds.to_table(filter=spec["filter"]).num_rows
+        record["ms"] = (time.perf_counter() - started) * 1e3
+        record["peak_rss_bytes"] = proc_status_bytes("VmHWM")
+        print(json.dumps(record), flush=True)
+        return
+    ds = lance.dataset(uri, storage_options=storage_options)
     started = time.perf_counter()
     if step in ("index", "rebuild"):
         # `rebuild` replaces the index of the same name (after a deferred
@@ -175,7 +202,7 @@ def peer_child(spec):
         raise ValueError(f"unknown step {step}")
     record["ms"] = (time.perf_counter() - started) * 1e3
     if step == "compact":
-        record["fragment_rows"] = fragment_rows_of(lance.dataset(uri))
+        record["fragment_rows"] = fragment_rows_of(lance.dataset(uri, storage_options=storage_options))
     record["peak_rss_bytes"] = proc_status_bytes("VmHWM")
     print(json.dumps(record), flush=True)
 
@@ -214,6 +241,72 @@ def peer_load(refract_load, directory):
     return {"data_storage_version": version, "fragments": len(got)}
 
 
+# ---------------------------------------------------------------- the local S3 server
+
+
+class S3Server:
+    """A local S3 server (moto) with one bucket; requests are counted from its log."""
+
+    def __init__(self, root):
+        import pyarrow.fs
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{port}"
+        root.mkdir(parents=True, exist_ok=True)
+        self.log_path = root / "moto.log"
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [str(VENV_PYTHON), str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(self.endpoint + "/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            self.stop()
+            raise RuntimeError(f"moto did not start on {self.endpoint}; see {self.log_path}")
+        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{S3_BUCKET}", method="PUT"), timeout=10)
+        self.storage_options = {
+            "aws_endpoint": self.endpoint, "aws_region": "us-east-1", "aws_access_key_id": "bench",
+            "aws_secret_access_key": "bench", "allow_http": "true",
+        }
+        self.fs = pyarrow.fs.S3FileSystem(
+            access_key="bench", secret_key="bench", region="us-east-1", scheme="http",
+            endpoint_override=f"127.0.0.1:{port}",
+        )
+
+    def fresh_copy(self, local, prefix):
+        """Uploads the dataset directory `local` under `prefix`; returns its URI."""
+        import pyarrow.fs
+
+        pyarrow.fs.copy_files(str(local), f"{S3_BUCKET}/{prefix}",
+                              source_filesystem=pyarrow.fs.LocalFileSystem(), destination_filesystem=self.fs)
+        return f"s3://{S3_BUCKET}/{prefix}"
+
+    def remove(self, location):
+        self.fs.delete_dir(location.removeprefix("s3://"))
+
+    def log_offset(self):
+        return self.log_path.stat().st_size
+
+    def requests_since(self, offset):
+        """Requests logged after `offset` (the server logs each one as it answers it)."""
+        time.sleep(0.5)
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            return sum(1 for line in f if b" HTTP/1.1" in line)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
+
+
 # ---------------------------------------------------------------- the suite
 
 
@@ -228,6 +321,8 @@ class Suite:
         self.root = Path(args.dir or REPO / "target" / "peer-bench")
         self.results = {}  # workload -> {"runs": ..., "summary": ...}
         self.grid_rows = []
+        self.built = set()  # base datasets built by this run
+        self.s3 = None
 
     def emit(self, record):
         line = json.dumps(record)
@@ -253,6 +348,7 @@ class Suite:
             "fragments": loaded["fragments"], "refract_load_ms": loaded["ms"],
             "peer_copy_ms": (time.perf_counter() - started) * 1e3, **detail,
         })
+        self.built.add(name)
 
     def fresh_copy(self, base, engine):
         work = self.root / "work" / engine
@@ -262,10 +358,11 @@ class Suite:
         os.sync()
         return work
 
-    def measure(self, workload, base, refract_steps, peer_steps, keep_as=None, **extra):
+    def measure(self, workload, base, refract_steps, peer_steps, keep_as=None, on_s3=False, **extra):
         """Alternates the engines `repeats` times on fresh copies of `base`.
 
-        Each *_steps is a list of callables taking the work directory and
+        Each *_steps is a list of callables taking the work directory (with
+        `on_s3`, the URI of a fresh upload to the local S3 server) and
         returning a child record; a repeat's `ms` and peak RSS are the sum and
         the maximum over its steps. With `keep_as`, the last copies are kept
         as a new base dataset of that name.
@@ -273,8 +370,19 @@ class Suite:
         runs = {"refract": [], "peer": []}
         for repeat in range(self.repeats):
             for engine, steps in (("refract", refract_steps), ("peer", peer_steps)):
-                work = self.fresh_copy(base, engine)
+                if on_s3:
+                    work = self.s3.fresh_copy(base / engine, f"{workload}/{engine}-{repeat}")
+                    offset = self.s3.log_offset()
+                else:
+                    work = self.fresh_copy(base, engine)
                 records = [step(work) for step in steps]
+                if on_s3:
+                    extra_counts = {"requests": self.s3.requests_since(offset)}
+                    if engine == "refract":
+                        extra_counts["refract_counted_requests"] = sum(r.get("requests", 0) for r in records)
+                    self.s3.remove(work)
+                else:
+                    extra_counts = {}
                 record = {
                     "benchmark": workload, "engine": engine, "repeat": repeat,
                     "ms": sum(r["ms"] for r in records),
@@ -282,9 +390,9 @@ class Suite:
                     "wall_ms": sum(r["wall_ms"] for r in records),
                     "peak_rss_bytes": max(r["peak_rss_bytes"] for r in records),
                     "extra_rss_bytes": max(r["peak_rss_bytes"] - r.get("rss_before_bytes", 0) for r in records),
-                    "load_average": load_average(), **extra,
+                    "load_average": load_average(), **extra_counts, **extra,
                 }
-                for key in ("rounds", "converged", "fragment_rows"):
+                for key in ("rounds", "converged", "fragment_rows", "rows"):
                     if key in records[-1]:
                         record[key] = records[-1][key]
                 self.emit(record)
@@ -305,7 +413,11 @@ class Suite:
             summary[f"{engine}_wall_ms"] = statistics.median(r["wall_ms"] for r in records)
             summary[f"{engine}_peak_rss_bytes"] = statistics.median(r["peak_rss_bytes"] for r in records)
             summary[f"{engine}_extra_rss_bytes"] = statistics.median(r["extra_rss_bytes"] for r in records)
+            if "requests" in records[0]:
+                summary[f"{engine}_requests"] = statistics.median(r["requests"] for r in records)
         summary["ratio"] = summary["refract_ms"] / summary["peer_ms"]
+        if "refract_requests" in summary:
+            summary["requests_ratio"] = summary["refract_requests"] / summary["peer_requests"]
         summary["rss_ratio"] = summary["refract_peak_rss_bytes"] / summary["peer_peak_rss_bytes"]
         summary["load_average"] = load_average()
         self.emit(summary)
@@ -332,6 +444,7 @@ class Suite:
         self.measure(f"index_build_{kind}", self.base("frag1k"),
                      [lambda d: refract("index", d, *r_args)], [lambda d: peer("index", d, **p_args)],
                      keep_as=f"indexed_{kind}", rows=self.sizes["rows"])
+        self.built.add(f"indexed_{kind}")
 
     def inline_remap(self, kind):
         self.measure(f"compaction_inline_{kind}", self.base(f"indexed_{kind}"),
@@ -348,6 +461,29 @@ class Suite:
                      [lambda d: peer("compact", d, defer_index_remap=True), lambda d: peer("remap", d),
                       lambda d: peer("rebuild", d, **p_args)],
                      rows=self.sizes["rows"])
+
+    def s3_workloads(self):
+        """Compaction of the 1,000-row-fragment table and a cold btree point
+        query, on the local S3 server; requests counted by the server."""
+        rows = self.sizes["rows"]
+        if "frag1k" not in self.built:
+            self.build("frag1k", [f"{rows}:1000"])
+        if "indexed_btree" not in self.built:
+            self.index_build("btree")
+        self.s3 = S3Server(self.root / "s3")
+        try:
+            options = self.s3.storage_options
+            self.measure("s3_compaction_1k_sources", self.base("frag1k"),
+                         [lambda u: refract_s3(self.s3, "compact", u)],
+                         [lambda u: peer("compact", u, storage_options=options)],
+                         on_s3=True, rows=rows)
+            point = f"id = {rows // 2 + 7}"
+            self.measure("s3_cold_query_btree", self.base("indexed_btree"),
+                         [lambda u: refract_s3(self.s3, "query", u, "--filter", point)],
+                         [lambda u: peer("query", u, storage_options=options, filter=point)],
+                         on_s3=True, rows=rows, filter=point)
+        finally:
+            self.s3.stop()
 
     def grid(self):
         self.build("grid", GRID_RUNS)
@@ -397,6 +533,8 @@ class Suite:
                 self.deferred(kind)
         if on("grid"):
             self.grid()
+        if on("s3"):
+            self.s3_workloads()
         self.print_table()
 
     # -------------------------------------------------------- the ratio table
@@ -433,6 +571,13 @@ class Suite:
                 self.emit({"benchmark": "inline_remap_cost", "index_type": kind, "refract_ms": r_cost,
                            "peer_ms": p_cost, "ratio": ratio, "refract_extra_rss_per_row": r_rss,
                            "peer_extra_rss_per_row": p_rss})
+        s3_rows = [(w, r["summary"]) for w, r in self.results.items() if "requests_ratio" in r["summary"]]
+        if s3_rows:
+            lines.append("")
+            lines.append(f"{'on the local S3 server':<34} {'refract req':>11} {'peer req':>10} {'ratio':>7}")
+            for workload, s in s3_rows:
+                lines.append(f"{workload:<34} {s['refract_requests']:>11.0f} {s['peer_requests']:>10.0f} "
+                             f"{s['requests_ratio']:>7.2f}")
         if self.grid_rows:
             lines.append("")
             lines.append(f"{'grid: target, source-fragment budget':<38} {'engine':<8} {'rounds':>6} "
@@ -460,7 +605,7 @@ def main():
     parser.add_argument("--rows", type=int, help="rows of the 1,000-row-fragment table")
     parser.add_argument("--rows-100k", type=int, help="rows of the 100,000-row-fragment table")
     parser.add_argument("--ivf-partitions", type=int, help="ivf_flat partitions (both engines)")
-    parser.add_argument("--only", help="comma-separated: compaction,index,inline,deferred,grid")
+    parser.add_argument("--only", help="comma-separated: compaction,index,inline,deferred,grid,s3")
     parser.add_argument("--dir", help="working directory (default target/peer-bench)")
     parser.add_argument("--out", help="also append the JSON lines to this file")
     parser.add_argument("--no-build", action="store_true", help="do not run cargo build first")

@@ -7,26 +7,33 @@
 //! * `index`: builds one index (btree on `id`, bitmap on `category`, ngram on
 //!   `text`, ivf_flat on `vec`), named after its type;
 //! * `compact`: `compact_files`, once or until a round commits nothing;
-//! * `remap`: `remap_indices` for every index (after a deferred compaction).
+//! * `remap`: `remap_indices` for every index (after a deferred compaction);
+//! * `query`: a cold filtered query (the dataset opened inside the clock),
+//!   with the index if one covers the filter.
 //!
 //! `ms` is the wall time of the step alone (the dataset is opened before the
-//! clock starts); `peak_rss_bytes` is this process's `VmHWM` and
-//! `rss_before_bytes` its `VmRSS` when the clock started.
+//! clock starts, except for `query`); `peak_rss_bytes` is this process's
+//! `VmHWM` and `rss_before_bytes` its `VmRSS` when the clock started;
+//! `requests` counts what the step sent to the store.
 //!
-//! `target/release/side_by_side <load|index|compact|remap> --dir PATH [...]`
+//! `target/release/side_by_side <load|index|compact|remap|query> --dir PATH [...]`,
+//! or `--uri s3://bucket/prefix --storage-option KEY=VALUE ...` for a dataset
+//! on an object store (every step but `load`).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use refract_benchmarks::{current_rss_bytes, emit, peak_rss_bytes, uri};
+use refract_cli::args::storage_option;
 use refract_cli::commands::data::{append_synthetic, open_or_create};
 use refract_cli::commands::Location;
 use refract_cli::synthetic::DEFAULT_DIM;
-use refract_index::{create_index, IndexParams};
+use refract_index::{create_index, IndexParams, Query};
 use refract_optimize::compaction::{compact_files, CompactionOptions};
 use refract_optimize::remap::{remap_indices, RemapOptions};
-use refract_table::Dataset;
+use refract_table::io::StorageOptions;
+use refract_table::{Dataset, OpenOptions};
 use serde_json::json;
 
 type BoxError = Box<dyn std::error::Error>;
@@ -36,6 +43,12 @@ struct Args {
     /// The dataset directory.
     #[arg(long, global = true)]
     dir: Option<PathBuf>,
+    /// The dataset's URI, instead of `--dir` (e.g. `s3://bucket/prefix`).
+    #[arg(long, global = true, conflicts_with = "dir")]
+    uri: Option<String>,
+    /// A storage option of the `--uri` store, KEY=VALUE; repeatable.
+    #[arg(long = "storage-option", value_name = "KEY=VALUE", global = true, value_parser = storage_option)]
+    storage_options: Vec<(String, String)>,
     #[command(subcommand)]
     step: Step,
 }
@@ -72,6 +85,27 @@ enum Step {
     },
     /// Remap every index onto the current fragments.
     Remap,
+    /// Open the dataset and run one filtered query.
+    Query {
+        #[arg(long)]
+        filter: String,
+    },
+}
+
+/// Where the dataset is and how to reach its store.
+struct Target {
+    location: String,
+    storage_options: StorageOptions,
+}
+
+impl Target {
+    async fn open(&self) -> Result<Dataset, BoxError> {
+        let options = OpenOptions {
+            storage_options: self.storage_options.clone(),
+            ..OpenOptions::default()
+        };
+        Ok(Dataset::open_with(&self.location, options).await?)
+    }
 }
 
 fn column_of(index_type: &str) -> Result<&'static str, BoxError> {
@@ -94,17 +128,26 @@ fn fragment_rows(dataset: &Dataset) -> Vec<u64> {
 
 fn main() -> Result<(), BoxError> {
     let args = Args::parse();
-    let dir = args.dir.clone().ok_or("--dir is required")?;
+    let location = match (&args.uri, &args.dir) {
+        (Some(location), _) => location.clone(),
+        (None, Some(dir)) => uri(dir),
+        (None, None) => return Err("--dir or --uri is required".into()),
+    };
+    let target = Target {
+        location,
+        storage_options: args.storage_options.iter().cloned().collect(),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run(args.step, dir))
+    runtime.block_on(run(args.step, args.dir, target))
 }
 
-async fn run(step: Step, dir: PathBuf) -> Result<(), BoxError> {
-    let location = uri(&dir);
+async fn run(step: Step, dir: Option<PathBuf>, target: Target) -> Result<(), BoxError> {
+    let location = target.location.clone();
     match step {
         Step::Load { runs } => {
+            let dir = dir.ok_or("load writes a local dataset: --dir is required")?;
             let mut dataset = open_or_create(&Location::plain(&location), DEFAULT_DIM).await?;
             if !dataset.fragments().is_empty() {
                 return Err(format!("{location} already holds a dataset").into());
@@ -148,7 +191,7 @@ async fn run(step: Step, dir: PathBuf) -> Result<(), BoxError> {
             partitions,
             max_iterations,
         } => {
-            let dataset = Dataset::open(&location).await?;
+            let dataset = target.open().await?;
             let params = IndexParams {
                 partitions,
                 max_iterations,
@@ -178,7 +221,7 @@ async fn run(step: Step, dir: PathBuf) -> Result<(), BoxError> {
             defer_index_remap,
             until_noop,
         } => {
-            let mut dataset = Dataset::open(&location).await?;
+            let mut dataset = target.open().await?;
             let mut options = CompactionOptions {
                 max_source_fragments,
                 defer_index_remap,
@@ -211,12 +254,13 @@ async fn run(step: Step, dir: PathBuf) -> Result<(), BoxError> {
                 "fragments_before": fragments_before,
                 "fragments_removed": fragments_removed,
                 "fragment_rows": fragment_rows(&dataset),
+                "requests": dataset.store().stats().total_requests(),
                 "peak_rss_bytes": peak_rss_bytes(),
                 "rss_before_bytes": rss_before,
             }));
         }
         Step::Remap => {
-            let mut dataset = Dataset::open(&location).await?;
+            let mut dataset = target.open().await?;
             let rss_before = current_rss_bytes();
             let started = Instant::now();
             let report = remap_indices(&mut dataset, RemapOptions::default()).await?;
@@ -224,6 +268,22 @@ async fn run(step: Step, dir: PathBuf) -> Result<(), BoxError> {
                 "step": "remap",
                 "ms": started.elapsed().as_secs_f64() * 1e3,
                 "report": format!("{report:?}").chars().take(400).collect::<String>(),
+                "peak_rss_bytes": peak_rss_bytes(),
+                "rss_before_bytes": rss_before,
+            }));
+        }
+        Step::Query { filter } => {
+            let rss_before = current_rss_bytes();
+            let started = Instant::now();
+            let dataset = target.open().await?;
+            let result = Query::new(&dataset).filter(&filter)?.execute().await?;
+            emit(json!({
+                "step": "query",
+                "ms": started.elapsed().as_secs_f64() * 1e3,
+                "rows": result.batch.num_rows(),
+                "requests": dataset.store().stats().total_requests(),
+                "round_trips": dataset.store().round_trips(),
+                "explain": format!("{:?}", result.explain).chars().take(400).collect::<String>(),
                 "peak_rss_bytes": peak_rss_bytes(),
                 "rss_before_bytes": rss_before,
             }));

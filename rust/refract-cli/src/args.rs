@@ -24,9 +24,12 @@ pub struct Cli {
     pub storage_options: Vec<(String, String)>,
 }
 
-/// Parses one `KEY=VALUE` storage option; the value is never echoed (it may
-/// be a secret).
-fn storage_option(text: &str) -> Result<(String, String), String> {
+/// Parses one `KEY=VALUE` storage option (the key lowercased); the value is
+/// never echoed (it may be a secret).
+///
+/// # Errors
+/// A message naming the expected form when `text` has no `=` or no key.
+pub fn storage_option(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.trim().is_empty() => {
             Ok((key.trim().to_ascii_lowercase(), value.to_string()))
