@@ -13,19 +13,18 @@
 //! that already ascends is translated as it is.
 
 use refract_table::io::PageLayout;
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::TryStreamExt;
-use lance_encoding::constants::{DICT_DIVISOR_META_KEY, RLE_THRESHOLD_META_KEY};
 use refract_core::{Error, Result};
 use refract_table::io::{
     DatasetStore, LanceFileReader, LanceFileWriter, RelativePath, STREAMING_PAGE_BYTES,
 };
 
+use crate::types::encoding_hints::without_dictionary_or_runs;
 use crate::types::{Translator, MAX_TRANSLATION_BATCH};
 
 /// File name of the addresses file inside a segment directory.
@@ -129,19 +128,13 @@ async fn translate_into(
 ///
 /// Addresses are (nearly) unique, so Lance's dictionary and run-length
 /// encodings never pay off for them, yet by default the writer tries both on
-/// every page (building a hash table of the values, counting runs). The field
-/// metadata switches both off: bit-packing still applies.
+/// every page (sampling the values into a hash set, counting runs).
 pub(crate) fn addresses_schema() -> SchemaRef {
-    let metadata = HashMap::from([
-        (DICT_DIVISOR_META_KEY.to_string(), u64::MAX.to_string()),
-        (RLE_THRESHOLD_META_KEY.to_string(), "0".to_string()),
-    ]);
-    Arc::new(Schema::new(vec![Field::new(
+    Arc::new(Schema::new(vec![without_dictionary_or_runs(Field::new(
         ADDR_COLUMN,
         DataType::UInt64,
         true,
-    )
-    .with_metadata(metadata)]))
+    ))]))
 }
 
 /// True when `schema` is an addresses file's: one nullable UInt64 `_rowaddr`.

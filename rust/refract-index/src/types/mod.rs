@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) mod addresses;
 pub mod bitmap;
 pub mod btree;
+pub(crate) mod encoding_hints;
 pub mod entries;
 pub mod ivf_flat;
 pub mod ngram;

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::keys::KeyKind;
 use crate::types::addresses::{read_addresses, read_column, MAX_COLUMN_READ_ROWS};
+use crate::types::encoding_hints::without_dictionary;
 use crate::types::{IndexContext, MAX_TRANSLATION_BATCH};
 
 /// Rows per values read: one translation batch.
@@ -24,13 +25,14 @@ pub(crate) const VALUE_READ_ROWS: u64 = MAX_TRANSLATION_BATCH as u64;
 /// one per translation batch, still a bound independent of the segment size.
 pub(crate) const ADDRESS_READ_ROWS: u64 = MAX_COLUMN_READ_ROWS;
 
-/// The schema of `values.lance`.
+/// The schema of `values.lance`: sorted, so duplicates are runs and a
+/// dictionary never pays.
 pub(crate) fn values_schema(value_type: &DataType) -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new(
+    Arc::new(Schema::new(vec![without_dictionary(Field::new(
         VALUE_COLUMN,
         value_type.clone(),
         false,
-    )]))
+    ))]))
 }
 
 /// How the files are opened.
