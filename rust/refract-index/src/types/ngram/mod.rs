@@ -116,6 +116,77 @@ fn check_postings(reader: LanceFileReader, details: &NgramDetails) -> Result<Lan
     Ok(reader)
 }
 
+/// Most threads adding rows to postings during a build.
+const MAX_BUILD_WORKERS: usize = 4;
+/// Batches queued for each build thread.
+const BUILD_QUEUE_BATCHES: usize = 2;
+
+/// Threads adding rows to postings: one per core, at most [`MAX_BUILD_WORKERS`].
+fn build_workers() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |cores| cores.get())
+        .clamp(1, MAX_BUILD_WORKERS)
+}
+
+/// The postings of every row of `input`, built on `workers` blocking threads.
+///
+/// Batches are dealt to the threads in turn, each thread fills a builder of
+/// its own, and the builders are merged at the end: a posting is the union of
+/// its parts, so the result does not depend on the split. Each thread holds at
+/// most [`BUILD_QUEUE_BATCHES`] batches in its queue.
+async fn build_postings(
+    mut input: BoxStream<'_, Result<RecordBatch>>,
+    workers: usize,
+) -> Result<PostingBuilder> {
+    let mut queues = Vec::with_capacity(workers);
+    let mut threads = Vec::with_capacity(workers);
+    for _ in 0..workers.max(1) {
+        let (queue, mut batches) = tokio::sync::mpsc::channel::<RecordBatch>(BUILD_QUEUE_BATCHES);
+        queues.push(queue);
+        threads.push(tokio::task::spawn_blocking(move || {
+            let mut builder = PostingBuilder::new();
+            while let Some(batch) = batches.blocking_recv() {
+                add_batch(&mut builder, &batch)?;
+            }
+            Ok::<_, Error>(builder)
+        }));
+    }
+    let mut failure = None;
+    let mut turn = 0usize;
+    while let Some(batch) = input.next().await {
+        let batch = match batch {
+            Ok(batch) => batch,
+            Err(err) => {
+                failure = Some(err);
+                break;
+            }
+        };
+        // A closed queue means its thread failed; its error is reported below.
+        if queues[turn % queues.len()].send(batch).await.is_err() {
+            break;
+        }
+        turn += 1;
+    }
+    // Closing the queues lets every thread finish its builder.
+    drop(queues);
+    let mut merged = PostingBuilder::new();
+    for thread in threads {
+        match thread.await {
+            Ok(Ok(part)) => merged.merge(part),
+            Ok(Err(err)) => {
+                failure.get_or_insert(err);
+            }
+            Err(join) => {
+                failure.get_or_insert(Error::external("building ngram postings", join));
+            }
+        }
+    }
+    match failure {
+        Some(err) => Err(err),
+        None => Ok(merged),
+    }
+}
+
 /// Adds the string values of one input batch to `builder`.
 fn add_batch(builder: &mut PostingBuilder, batch: &RecordBatch) -> Result<()> {
     let (_, addrs) = value_and_addresses(batch)?;
@@ -165,13 +236,10 @@ impl IndexType for NgramIndex {
         &self,
         ctx: &IndexContext,
         dir: &RelativePath,
-        mut input: BoxStream<'_, Result<RecordBatch>>,
+        input: BoxStream<'_, Result<RecordBatch>>,
         _params: &IndexParams,
     ) -> Result<Vec<u8>> {
-        let mut builder = PostingBuilder::new();
-        while let Some(batch) = input.next().await {
-            add_batch(&mut builder, &batch?)?;
-        }
+        let builder = build_postings(input, build_workers()).await?;
         let mut writer = PostingsWriter::create(&ctx.store, dir).await?;
         for (trigram, posting) in builder.finish() {
             writer.push(trigram, &posting).await?;

@@ -28,9 +28,23 @@ impl PostingBuilder {
     }
 
     /// Adds every trigram of `value` for the row at `addr`.
+    ///
+    /// Scans yield a fragment's rows in ascending address order, so `addr`
+    /// usually goes after every address of the posting: an append to its last
+    /// container, without the searches of an insert.
     pub fn add(&mut self, value: &str, addr: u64) {
         for trigram in trigrams(value) {
-            self.postings.entry(trigram).or_default().insert(addr);
+            let posting = self.postings.entry(trigram).or_default();
+            if posting.try_push(addr).is_err() {
+                posting.insert(addr);
+            }
+        }
+    }
+
+    /// Adds every posting of `other` (built over other rows) to this one.
+    pub fn merge(&mut self, other: PostingBuilder) {
+        for (trigram, posting) in other.postings {
+            *self.postings.entry(trigram).or_default() |= posting;
         }
     }
 
