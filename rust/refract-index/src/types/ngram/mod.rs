@@ -501,3 +501,72 @@ impl IndexSegmentReader for NgramSegment {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{StringArray, UInt64Array};
+    use arrow_schema::{Field, Schema};
+
+    use crate::types::addresses::ADDR_COLUMN;
+
+    fn batch(rows: std::ops::Range<u64>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("text", DataType::Utf8, true),
+            Field::new(ADDR_COLUMN, DataType::UInt64, false),
+        ]));
+        let values: StringArray = rows
+            .clone()
+            .map(|row| (row % 7 != 0).then(|| format!("w{} v{}", row % 13, row % 5)))
+            .collect();
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(values),
+                Arc::new(UInt64Array::from_iter_values(rows)),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn input(batches: Vec<Result<RecordBatch>>) -> BoxStream<'static, Result<RecordBatch>> {
+        futures::stream::iter(batches).boxed()
+    }
+
+    #[tokio::test]
+    async fn postings_do_not_depend_on_the_number_of_threads() {
+        let batches = || {
+            (0..9)
+                .map(|i| Ok(batch(i * 50..i * 50 + 50)))
+                .collect::<Vec<_>>()
+        };
+        let one: Vec<_> = build_postings(input(batches()), 1)
+            .await
+            .unwrap()
+            .finish()
+            .collect();
+        let three: Vec<_> = build_postings(input(batches()), 3)
+            .await
+            .unwrap()
+            .finish()
+            .collect();
+        assert_eq!(one, three);
+        let rows: u64 = one.iter().map(|(_, posting)| posting.len()).sum();
+        assert!(
+            one.len() > 10 && rows > 450,
+            "{} trigrams, {rows} entries",
+            one.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_input_error_fails_the_build() {
+        let batches = vec![
+            Ok(batch(0..50)),
+            Err(Error::corrupt("data/a.lance", "bad page")),
+            Ok(batch(50..100)),
+        ];
+        let err = build_postings(input(batches), 2).await.err().unwrap();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+}

@@ -181,6 +181,36 @@ mod tests {
     }
 
     #[test]
+    fn rows_in_any_order_and_merged_parts_give_the_same_postings() {
+        let values = ["abcd", "bcde", "abcd", "cdef", "abcdef"];
+        let addresses = [7u64, (3 << 32) + 1, 2, 5, (1 << 32) + 9];
+        let mut in_order = PostingBuilder::new();
+        let mut sorted: Vec<_> = values.iter().zip(addresses).collect();
+        sorted.sort_by_key(|(_, addr)| *addr);
+        for (value, addr) in &sorted {
+            in_order.add(value, *addr);
+        }
+        let mut shuffled = PostingBuilder::new();
+        let (mut first, mut second) = (PostingBuilder::new(), PostingBuilder::new());
+        for (i, (value, addr)) in values.iter().zip(addresses).enumerate() {
+            shuffled.add(value, addr);
+            // A repeated trigram of one row is added twice.
+            shuffled.add(value, addr);
+            if i % 2 == 0 { &mut first } else { &mut second }.add(value, addr);
+        }
+        first.merge(second);
+        let expected: Vec<_> = in_order.finish().collect();
+        assert_eq!(shuffled.finish().collect::<Vec<_>>(), expected);
+        assert_eq!(first.finish().collect::<Vec<_>>(), expected);
+        let abc = super::super::trigram::pack(*b"abc");
+        let abc_rows = expected
+            .iter()
+            .find(|(t, _)| *t == abc)
+            .map(|(_, p)| p.clone());
+        assert_eq!(abc_rows, Some(treemap(&[2, 7, (1 << 32) + 9])));
+    }
+
+    #[test]
     fn intersection_of_nothing_is_none() {
         assert_eq!(intersect_all(Vec::new()), None);
         assert_eq!(
