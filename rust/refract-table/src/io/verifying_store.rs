@@ -265,37 +265,49 @@ fn read_verified_local(
     let block = expected.checksum.block_bytes();
     // Both are powers of two, so a piece is a whole number of blocks.
     let piece = LOCAL_PIECE_BYTES.max(block);
+    let step = usize::try_from(block).unwrap_or(usize::MAX);
     let reading = |e: std::io::Error| Error::external(format!("reading {}", expected.name), e);
     file.seek(SeekFrom::Start(fetched.start)).map_err(reading)?;
     let capacity = usize::try_from(fetched.end - fetched.start).unwrap_or(0);
     let mut bytes = Vec::with_capacity(capacity);
     let mut at = fetched.start;
     while at < fetched.end {
-        let asked = at < asked_end;
-        let end = if asked {
-            at.saturating_add(piece).min(asked_end)
-        } else {
-            at.saturating_add(block).min(fetched.end)
-        };
+        let end = at.saturating_add(piece).min(fetched.end);
         let from = bytes.len();
-        let read = Read::by_ref(&mut file)
-            .take(end - at)
-            .read_to_end(&mut bytes)
-            .map_err(reading)?;
-        if read as u64 != end - at {
-            return Err(size_mismatch(expected, at + read as u64));
+        // Zeroing the piece first costs less than the extra system calls
+        // of reading into spare capacity (`read_to_end` probes for the end).
+        let len = usize::try_from(end - at).map_err(|e| Error::external("piece length", e))?;
+        bytes.resize(from + len, 0);
+        file.read_exact(&mut bytes[from..]).map_err(reading)?;
+        let asked = usize::try_from(asked_end.saturating_sub(at))
+            .unwrap_or(usize::MAX)
+            .min(len);
+        if asked > 0 {
+            expected.checksum.verify(
+                &expected.name,
+                expected.size,
+                at,
+                &bytes[from..from + asked],
+            )?;
         }
-        match expected
-            .checksum
-            .verify(&expected.name, expected.size, at, &bytes[from..])
-        {
-            Ok(()) => at = end,
-            Err(err) if asked => return Err(err),
-            Err(_) => {
-                bytes.truncate(from);
+        // Read ahead: keep the blocks up to the first that does not verify.
+        let mut kept = from + asked;
+        for chunk in bytes[from + asked..].chunks(step) {
+            let start = at + (kept - from) as u64;
+            if expected
+                .checksum
+                .verify(&expected.name, expected.size, start, chunk)
+                .is_err()
+            {
                 break;
             }
+            kept += chunk.len();
         }
+        if kept < bytes.len() {
+            bytes.truncate(kept);
+            break;
+        }
+        at = end;
     }
     Ok(bytes)
 }
