@@ -231,20 +231,31 @@ fn verified_prefix(
         covering.start,
         &fetched_bytes[..asked],
     )?;
+    let ahead = verified_blocks(
+        &fetched_bytes[asked..],
+        covering.start + asked as u64,
+        expected,
+    );
+    Ok(fetched_bytes.slice(..asked + ahead))
+}
+
+/// How many leading bytes of `bytes` (whole blocks from `start`, read ahead
+/// of a request) verify: the blocks up to the first that does not.
+fn verified_blocks(bytes: &[u8], start: u64, expected: &Expected) -> usize {
     let block = usize::try_from(expected.checksum.block_bytes()).unwrap_or(usize::MAX);
-    let mut verified = asked;
-    for ahead in fetched_bytes[asked..].chunks(block) {
-        let start = covering.start + verified as u64;
+    let mut verified = 0;
+    for chunk in bytes.chunks(block) {
+        let at = start + verified as u64;
         if expected
             .checksum
-            .verify(&expected.name, expected.size, start, ahead)
+            .verify(&expected.name, expected.size, at, chunk)
             .is_err()
         {
             break;
         }
-        verified += ahead.len();
+        verified += chunk.len();
     }
-    Ok(fetched_bytes.slice(..verified))
+    verified
 }
 
 /// Bytes of a local file read, then checksummed, at a time: whole blocks,
@@ -265,7 +276,6 @@ fn read_verified_local(
     let block = expected.checksum.block_bytes();
     // Both are powers of two, so a piece is a whole number of blocks.
     let piece = LOCAL_PIECE_BYTES.max(block);
-    let step = usize::try_from(block).unwrap_or(usize::MAX);
     let reading = |e: std::io::Error| Error::external(format!("reading {}", expected.name), e);
     file.seek(SeekFrom::Start(fetched.start)).map_err(reading)?;
     let capacity = usize::try_from(fetched.end - fetched.start).unwrap_or(0);
@@ -291,18 +301,8 @@ fn read_verified_local(
             )?;
         }
         // Read ahead: keep the blocks up to the first that does not verify.
-        let mut kept = from + asked;
-        for chunk in bytes[from + asked..].chunks(step) {
-            let start = at + (kept - from) as u64;
-            if expected
-                .checksum
-                .verify(&expected.name, expected.size, start, chunk)
-                .is_err()
-            {
-                break;
-            }
-            kept += chunk.len();
-        }
+        let kept =
+            from + asked + verified_blocks(&bytes[from + asked..], at + asked as u64, expected);
         if kept < bytes.len() {
             bytes.truncate(kept);
             break;
