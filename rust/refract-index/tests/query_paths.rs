@@ -360,4 +360,44 @@ async fn a_cold_point_query_opens_large_fragments_while_it_searches() {
     cold.store().reset_stats();
     assert_eq!(point().await.batch.num_rows(), 1);
     assert_eq!(cold.store().round_trips(), 1, "{:?}", cold.store().stats());
+    // On a store without round trips nothing is opened ahead: the cold query
+    // reads fewer data-file bytes than the remote one, which read a row of
+    // each fragment ahead.
+    let remote_data = {
+        let again = Dataset::open_with(
+            &uri,
+            OpenOptions {
+                store: Some(refract_table::io::DatasetStore::from_remote_object_store(
+                    ds.store().object_store().clone(),
+                    &uri,
+                )),
+                ..OpenOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        again.store().reset_stats();
+        run_point(&again).await;
+        again.store().stats().requests_under("data")
+    };
+    let local = Dataset::open(&uri).await.unwrap();
+    assert!(!local.store().is_remote());
+    local.store().reset_stats();
+    run_point(&local).await;
+    let local_data = local.store().stats().requests_under("data");
+    assert!(
+        local_data < remote_data,
+        "local {local_data} data requests, remote {remote_data}"
+    );
+}
+
+async fn run_point(dataset: &Dataset) {
+    let result = Query::new(dataset)
+        .filter("id = 123456")
+        .unwrap()
+        .project(&["id", "vec"])
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(result.batch.num_rows(), 1);
 }

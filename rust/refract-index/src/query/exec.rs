@@ -334,9 +334,11 @@ fn with_filter_columns(columns: &[String], filter: Option<&Expr>) -> Vec<String>
 /// open files the answer never touches) and only for files larger than
 /// [`PREFETCH_LIMIT_BYTES`]: a smaller one costs the fetch one or two reads,
 /// which opening it ahead would not save. Failures are left to the fetch,
-/// which reports them if it reads the file at all.
+/// which reports them if it reads the file at all. Only on remote stores: on
+/// a local disk a request costs no round trip, and the opening read would be
+/// work the fetch may never need.
 async fn preopen(dataset: &Dataset, covered: &RoaringBitmap, columns: &[String]) {
-    if covered.len() > PREOPEN_FRAGMENTS {
+    if covered.len() > PREOPEN_FRAGMENTS || !dataset.store().is_remote() {
         return;
     }
     let columns: Vec<&str> = columns.iter().map(String::as_str).collect();

@@ -501,15 +501,9 @@ mod tests {
     /// add one round trip between them, however many they are.
     #[tokio::test]
     async fn round_trips_follow_the_longest_chain_of_requests() {
-        use object_store::throttle::{ThrottleConfig, ThrottledStore};
-        let wait = std::time::Duration::from_millis(50);
-        let store = CountingStore::new(ThrottledStore::new(
-            InMemory::new(),
-            ThrottleConfig {
-                wait_get_per_call: wait,
-                wait_put_per_call: wait,
-                ..ThrottleConfig::default()
-            },
+        let store = CountingStore::new(crate::testing::with_latency(
+            Arc::new(InMemory::new()),
+            std::time::Duration::from_millis(50),
         ));
         let paths: Vec<Path> = (0..4).map(|i| Path::from(format!("data/{i}"))).collect();
         for path in &paths {

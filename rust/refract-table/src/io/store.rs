@@ -353,8 +353,9 @@ impl DatasetStore {
         self.journal.is_some()
     }
 
-    /// True when every request is a network round trip (cloud stores).
-    pub(crate) fn is_remote(&self) -> bool {
+    /// True when every request is a network round trip (cloud stores, and
+    /// stores opened with [`Self::from_remote_object_store`]).
+    pub fn is_remote(&self) -> bool {
         self.traits.remote
     }
 

@@ -261,7 +261,7 @@ fn verified_blocks(bytes: &[u8], start: u64, expected: &Expected) -> usize {
 /// Bytes of a local file read, then checksummed, at a time: whole blocks,
 /// few enough to still be in the CPU cache when they are checksummed. A CRC
 /// of memory read long before runs at memory speed, several times slower.
-const LOCAL_PIECE_BYTES: u64 = 256 * 1024;
+const VERIFY_PIECE_BYTES: u64 = 256 * 1024;
 
 /// Reads `fetched` (whole blocks) of a local `file`, checksumming each piece
 /// right after reading it, with the rules of [`verified_prefix`]: the blocks
@@ -275,7 +275,7 @@ fn read_verified_local(
 ) -> refract_core::Result<Vec<u8>> {
     let block = expected.checksum.block_bytes();
     // Both are powers of two, so a piece is a whole number of blocks.
-    let piece = LOCAL_PIECE_BYTES.max(block);
+    let piece = VERIFY_PIECE_BYTES.max(block);
     let reading = |e: std::io::Error| Error::external(format!("reading {}", expected.name), e);
     file.seek(SeekFrom::Start(fetched.start)).map_err(reading)?;
     let capacity = usize::try_from(fetched.end - fetched.start).unwrap_or(0);

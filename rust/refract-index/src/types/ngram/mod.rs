@@ -560,6 +560,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_thread_that_fails_fails_the_build() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, true),
+            Field::new(ADDR_COLUMN, DataType::UInt64, false),
+        ]));
+        let numbers = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(arrow_array::Int64Array::from(vec![1, 2])),
+                Arc::new(UInt64Array::from(vec![0, 1])),
+            ],
+        )
+        .unwrap();
+        let batches = (0..6)
+            .map(|i| {
+                Ok(if i == 3 {
+                    numbers.clone()
+                } else {
+                    batch(i * 10..i * 10 + 10)
+                })
+            })
+            .collect();
+        let err = build_postings(input(batches), 2).await.err().unwrap();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+        assert!(err.to_string().contains("string columns"), "{err}");
+    }
+
+    #[tokio::test]
     async fn an_input_error_fails_the_build() {
         let batches = vec![
             Ok(batch(0..50)),
