@@ -307,7 +307,7 @@ impl Dataset {
     /// # Errors
     /// NotSupported for a fragment of several data files; NotFound for a missing
     /// file; Corrupt for one that does not decode, fails its size or checksum, or
-    /// holds other than the recorded rows; External on store failures.
+    /// holds other than the recorded rows or columns; External on store failures.
     pub async fn fragment_reader(&self, fragment: &Fragment) -> Result<LanceFileReader> {
         let file = single_data_file(fragment)?;
         let reader = LanceFileReader::open(
@@ -320,6 +320,22 @@ impl Dataset {
             },
         )
         .await?;
+        self.check_data_file(fragment, &reader)?;
+        Ok(reader)
+    }
+
+    /// Checks that an opened data file of `fragment` is what the manifest
+    /// says: its rows and every column of the dataset's schema. A file whose
+    /// checksum was not recorded (written before checksums) can be damaged
+    /// in its own metadata; that is Corrupt, not a bad request.
+    ///
+    /// # Errors
+    /// Corrupt for another row count or a missing or retyped column.
+    pub(crate) fn check_data_file(
+        &self,
+        fragment: &Fragment,
+        reader: &LanceFileReader,
+    ) -> Result<()> {
         // The manifest's row count is a claim; the file decides what can be read.
         if reader.num_rows() != fragment.physical_rows {
             return Err(Error::corrupt(
@@ -328,12 +344,28 @@ impl Dataset {
                     "fragment {} records {} rows but {} holds {}",
                     fragment.id,
                     fragment.physical_rows,
-                    file.path,
+                    reader.path(),
                     reader.num_rows()
                 ),
             ));
         }
-        Ok(reader)
+        let stored = reader.schema();
+        for field in self.schema().fields() {
+            let matches = stored
+                .field_with_name(field.name())
+                .is_ok_and(|found| found.data_type().equals_datatype(field.data_type()));
+            if !matches {
+                return Err(Error::corrupt(
+                    format!("Lance file {}", reader.path()),
+                    format!(
+                        "the file does not store column {:?} as {} like the dataset's schema",
+                        field.name(),
+                        field.data_type()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Loads (through the session cache) and validates the manifest of `version`.

@@ -435,6 +435,9 @@ async fn fragment_stream(
     } else {
         dataset.fragment_reader(&fragment).await?
     };
+    if plan.one_pass {
+        dataset.check_data_file(&fragment, &reader)?;
+    }
     let columns: Vec<&str> = plan.read_columns.iter().map(String::as_str).collect();
     let fragment_id = fragment.id;
     if let Some(offsets) = plan.selection.as_ref().and_then(|s| s.get(fragment_id)) {

@@ -35,10 +35,7 @@ use lance_io::utils::CachedFileSize;
 
 use super::upload::StreamingUpload;
 use lance_io::ReadBatchParams;
-use object_store::memory::InMemory;
-use object_store::{ObjectStoreExt, PutPayload};
 use refract_core::{Error, Result};
-use url::Url;
 
 use super::checksumming_writer::{ChecksumHandle, ChecksummingWriter};
 use super::paths::RelativePath;
@@ -72,14 +69,11 @@ static NO_METADATA_CACHE: LazyLock<LanceCache> = LazyLock::new(LanceCache::no_ca
 
 /// Largest file [`ReadMode::WholeFile`] fetches whole.
 pub const PREFETCH_LIMIT_BYTES: u64 = 4 << 20;
-/// Block size of the in-memory store behind a prefetched file: reads there
-/// cost nothing, so coalesce generously.
+/// Block size Lance assumes for a prefetched file: reads of it cost
+/// nothing, so coalesce generously.
 const PREFETCH_BLOCK_SIZE: usize = 64 << 10;
 /// I/O parallelism Lance assumes for a prefetched file.
 const PREFETCH_IO_PARALLELISM: usize = 8;
-/// URL of the in-memory store behind a prefetched file (a memory scheme, so
-/// Lance reads through the store rather than the local filesystem).
-const PREFETCH_STORE_URL: &str = "memory:///";
 
 /// What a finished Lance file holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,16 +86,33 @@ pub struct LanceFileSummary {
     pub checksum: FileChecksum,
 }
 
-/// True if an object-store error is somewhere in the source chain of `err`.
-fn caused_by_object_store(err: &(dyn StdError + 'static)) -> bool {
+/// True if some error in the source chain of `err` satisfies `matches`.
+fn caused_by(
+    err: &(dyn StdError + 'static),
+    matches: impl Fn(&(dyn StdError + 'static)) -> bool,
+) -> bool {
     let mut current: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = current {
-        if e.is::<object_store::Error>() {
+        if matches(e) {
             return true;
         }
         current = e.source();
     }
     false
+}
+
+/// True if an object-store error is somewhere in the source chain of `err`.
+fn caused_by_object_store(err: &(dyn StdError + 'static)) -> bool {
+    caused_by(err, |e| e.is::<object_store::Error>())
+}
+
+/// True if a task Lance spawned to decode panicked: Lance reports the join
+/// error, and only bytes it cannot decode make its decoders panic.
+fn caused_by_decoder_panic(err: &(dyn StdError + 'static)) -> bool {
+    caused_by(err, |e| {
+        e.downcast_ref::<tokio::task::JoinError>()
+            .is_some_and(tokio::task::JoinError::is_panic)
+    })
 }
 
 /// Maps a Lance error raised while doing `action` on `path`: the one place
@@ -121,6 +132,12 @@ pub fn lance_error(
     }
     if let Some(damage) = verification_failure(&err) {
         return damage;
+    }
+    if caused_by_decoder_panic(&err) {
+        return Error::corrupt(
+            format!("Lance file {path}"),
+            format!("the Lance decoder panicked while {action} the file"),
+        );
     }
     if caused_by_object_store(&err) {
         return Error::external(format!("{action} Lance file {path}"), err);
@@ -157,6 +174,7 @@ pub(crate) fn check_footer_fits(path: &RelativePath, size: u64) -> Result<()> {
     Ok(())
 }
 
+mod in_memory;
 mod options;
 #[cfg(test)]
 mod prefetch_tests;
@@ -167,3 +185,45 @@ pub use options::{PageLayout, ReadMode, ReadOptions};
 pub use reader::LanceFileReader;
 pub(crate) use writer::written_summary;
 pub use writer::LanceFileWriter;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn join_error(panics: bool) -> tokio::task::JoinError {
+        let task = tokio::spawn(async move {
+            if panics {
+                panic!(
+                    "the offset + length of the sliced Buffer cannot exceed the existing length"
+                );
+            }
+            std::future::pending::<()>().await;
+        });
+        if !panics {
+            task.abort();
+        }
+        match task.await {
+            Err(join) => join,
+            Ok(()) => unreachable!("the task neither panicked nor was cancelled"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lance_decode_task_that_panicked_is_corrupt_in_one_line() {
+        let path = crate::io::paths::data_file_path("f.lance").unwrap();
+        let err = lance_core::Error::wrapped(join_error(true).await.into());
+        match lance_error("reading", &path, err, false) {
+            Error::Corrupt { what, message } => {
+                assert_eq!(what, "Lance file data/f.lance");
+                assert_eq!(message, "the Lance decoder panicked while reading the file");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        // A cancelled task says nothing about the bytes.
+        let err = lance_core::Error::wrapped(join_error(false).await.into());
+        assert!(matches!(
+            lance_error("reading", &path, err, false),
+            Error::External { .. }
+        ));
+    }
+}

@@ -1,13 +1,14 @@
 //! Reading Lance files: whole, ranged, streamed and prefetched.
 
 use std::ops::Range;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use arrow_array::{Array, RecordBatch, UInt32Array};
 use arrow_schema::{Schema as ArrowSchema, SchemaRef};
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use lance_core::cache::LanceCache;
 use lance_encoding::decoder::{DecoderPlugins, FilterExpression};
 use lance_file::reader::{CachedFileMetadata, FileReader, FileReaderOptions, ReaderProjection};
@@ -37,30 +38,41 @@ async fn explain_size_mismatch(
     }
 }
 
-/// Runs [`open_reader`] in its own task so a panic inside lance on crafted
-/// bytes surfaces as a Corrupt error instead of unwinding through the caller.
+/// Runs [`open_reader`] so that a panic inside lance on crafted bytes
+/// surfaces as a Corrupt error instead of unwinding through the caller.
+/// It runs in the caller's task: a task of its own cost a hop per file.
 async fn open_isolated(
-    lance_store: Arc<LanceObjectStore>,
+    source: ReaderSource,
     path: &RelativePath,
     size: u64,
     cache: LanceCache,
-    read_buffer_bytes: u64,
 ) -> Result<LanceFileReader> {
-    let task = tokio::spawn(open_reader(
-        lance_store,
-        path.clone(),
-        size,
-        cache,
-        read_buffer_bytes,
-    ));
-    match task.await {
+    match AssertUnwindSafe(open_reader(source, path.clone(), size, cache))
+        .catch_unwind()
+        .await
+    {
         Ok(result) => result,
-        Err(join) if join.is_panic() => Err(Error::corrupt(
+        Err(_panic) => Err(Error::corrupt(
             format!("Lance file {path}"),
             "the Lance decoder panicked while opening the file",
         )),
-        Err(join) => Err(Error::external(format!("opening Lance file {path}"), join)),
     }
+}
+
+/// Every read is checked before Lance sees it (rows inside the file, known
+/// columns, a non-zero batch size), so when Lance fails to decode, other
+/// than for the store, the file's bytes are at fault.
+const READ_FAILURE_IS_DAMAGE: bool = true;
+
+/// Where a reader's bytes come from.
+enum ReaderSource {
+    /// Requests to a store, at most `read_buffer_bytes` in flight.
+    Store {
+        lance_store: Arc<LanceObjectStore>,
+        read_buffer_bytes: u64,
+    },
+    /// The whole file, already in memory (and verified).
+    Memory(Bytes),
 }
 
 /// The decoded footer of a Lance file of a given size, in a [`LanceCache`]:
@@ -88,22 +100,28 @@ impl lance_core::cache::CacheKey for FileMetadataKey {
     }
 }
 
-/// Opens a reader on a file of `size` bytes (size already validated) in
-/// `lance_store`, keeping its metadata in `cache` (the footer too, so a warm
-/// open costs no request), with `read_buffer_bytes` of I/O in flight at most.
+/// Opens a reader on a file of `size` bytes (size already validated) from
+/// `source`, keeping its metadata in `cache` (the footer too, so a warm open
+/// costs no request).
 async fn open_reader(
-    lance_store: Arc<LanceObjectStore>,
+    source: ReaderSource,
     path: RelativePath,
     size: u64,
     cache: LanceCache,
-    read_buffer_bytes: u64,
 ) -> Result<LanceFileReader> {
-    let scheduler =
-        ScanScheduler::new(lance_store.clone(), SchedulerConfig::new(read_buffer_bytes));
-    let file = scheduler
-        .open_file(&path.to_object_path(), &CachedFileSize::new(size))
-        .await
-        .map_err(|e| lance_error("opening", &path, e, false))?;
+    let in_memory = matches!(source, ReaderSource::Memory(_));
+    let file = match source {
+        ReaderSource::Store {
+            lance_store,
+            read_buffer_bytes,
+        } => ScanScheduler::new(lance_store, SchedulerConfig::new(read_buffer_bytes))
+            .open_file(&path.to_object_path(), &CachedFileSize::new(size))
+            .await
+            .map_err(|e| lance_error("opening", &path, e, false))?,
+        ReaderSource::Memory(bytes) => {
+            in_memory::scheduler_over(path.to_object_path(), bytes, READ_BUFFER_BYTES)
+        }
+    };
     let key = FileMetadataKey::new(&path, size);
     let cached = cache.get_with_key(&key).await;
     let warm = cached.is_some();
@@ -140,6 +158,7 @@ async fn open_reader(
             path,
             size,
             warm,
+            in_memory,
         }),
     })
 }
@@ -204,6 +223,8 @@ struct ReaderInner {
     size: u64,
     /// The file's metadata came from the store's cache.
     warm: bool,
+    /// The file's bytes are in memory: reads decode in the caller's task.
+    in_memory: bool,
 }
 
 /// Reads one Lance file. Cheap to clone; `Send + Sync`.
@@ -300,7 +321,11 @@ impl LanceFileReader {
             }
             None => store.lance_store().clone(),
         };
-        let result = open_isolated(lance_store, path, size, cache, read_buffer_bytes).await;
+        let source = ReaderSource::Store {
+            lance_store,
+            read_buffer_bytes,
+        };
+        let result = open_isolated(source, path, size, cache).await;
         match (result, known_size) {
             (Err(Error::External { context, source }), Some(expected)) => {
                 Err(explain_size_mismatch(store, path, expected, context, source).await)
@@ -335,30 +360,11 @@ impl LanceFileReader {
         if let Some(checksum) = checksum {
             checksum.verify_whole(&format!("Lance file {path}"), &bytes)?;
         }
-        let memory = InMemory::new();
-        memory
-            .put(&path.to_object_path(), PutPayload::from(bytes))
-            .await
-            .map_err(|e| Error::external(format!("buffering Lance file {path}"), e))?;
-        let url = Url::parse(PREFETCH_STORE_URL)
-            .map_err(|e| Error::external("parsing the in-memory store URL", e))?;
-        let lance_store = LanceObjectStore::new(
-            Arc::new(memory),
-            url,
-            Some(PREFETCH_BLOCK_SIZE),
-            None,
-            false,
-            false,
-            PREFETCH_IO_PARALLELISM,
-            0,
-            None,
-        );
         open_isolated(
-            Arc::new(lance_store),
+            ReaderSource::Memory(bytes),
             path,
             size,
             NO_METADATA_CACHE.clone(),
-            READ_BUFFER_BYTES,
         )
         .await
     }
@@ -425,6 +431,9 @@ impl LanceFileReader {
         projection: ReaderProjection,
         batch_size: u32,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        if self.inner.in_memory {
+            return self.stream_inline(params, projection, batch_size).await;
+        }
         // Decoding runs in a task of its own: Lance can panic on damaged bytes
         // of a file written before checksums, and a panic there must surface
         // as one Corrupt error naming the file, not unwind through the caller.
@@ -446,13 +455,19 @@ impl LanceFileReader {
                 Err(e) => {
                     // A dropped receiver wants nothing more.
                     let _ = sender
-                        .send(Err(lance_error("reading", &inner.path, e, false)))
+                        .send(Err(lance_error(
+                            "reading",
+                            &inner.path,
+                            e,
+                            READ_FAILURE_IS_DAMAGE,
+                        )))
                         .await;
                     return;
                 }
             };
             while let Some(batch) = batches.next().await {
-                let batch = batch.map_err(|e| lance_error("reading", &inner.path, e, false));
+                let batch = batch
+                    .map_err(|e| lance_error("reading", &inner.path, e, READ_FAILURE_IS_DAMAGE));
                 let failed = batch.is_err();
                 if sender.send(batch).await.is_err() || failed {
                     return;
@@ -484,6 +499,47 @@ impl LanceFileReader {
             }
         })
         .boxed())
+    }
+
+    /// [`Self::stream`] of a file in memory: no I/O to wait for, so the
+    /// batches decode in the consumer's task (a panic still becomes one
+    /// Corrupt error, and ends the stream).
+    async fn stream_inline(
+        &self,
+        params: ReadBatchParams,
+        projection: ReaderProjection,
+        batch_size: u32,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let path = self.inner.path.clone();
+        let panicked = |path: &RelativePath| {
+            Error::corrupt(
+                format!("Lance file {path}"),
+                "the Lance decoder panicked while reading the file",
+            )
+        };
+        let opened = AssertUnwindSafe(self.inner.reader.read_stream_projected(
+            params,
+            batch_size,
+            BATCH_READAHEAD,
+            projection,
+            FilterExpression::no_filter(),
+        ))
+        .catch_unwind()
+        .await;
+        let batches = match opened {
+            Ok(Ok(batches)) => batches,
+            Ok(Err(e)) => return Err(lance_error("reading", &path, e, READ_FAILURE_IS_DAMAGE)),
+            Err(_panic) => return Err(panicked(&path)),
+        };
+        Ok(AssertUnwindSafe(batches)
+            .catch_unwind()
+            .map(move |batch| match batch {
+                Ok(batch) => {
+                    batch.map_err(|e| lance_error("reading", &path, e, READ_FAILURE_IS_DAMAGE))
+                }
+                Err(_panic) => Err(panicked(&path)),
+            })
+            .boxed())
     }
 
     /// Streams `rows` in batches of at most `batch_size` rows.
