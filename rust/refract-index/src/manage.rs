@@ -308,6 +308,7 @@ pub async fn build_segment(
             .project(&[column])
             .with_row_address()
             .fragments(fragment_ids)
+            .one_pass()
             .try_into_stream()
             .await?
     };

@@ -43,6 +43,10 @@ const READAHEAD_ROWS: u64 = 65_536;
 /// Bytes of data files the read-ahead aims to keep in flight (a one-pass scan
 /// may hold small files whole, see [`Scanner::one_pass`]).
 const READAHEAD_BYTES: u64 = 16 << 20;
+/// Largest file a one-pass scan of only some columns fetches whole: below
+/// it, a request's round trip costs more than the bytes of the other
+/// columns (one request instead of the footer, metadata and column reads).
+const PROJECTED_WHOLE_FILE_LIMIT_BYTES: u64 = 256 << 10;
 
 /// A scan builder; see [`Dataset::scan`].
 #[derive(Clone)]
@@ -76,6 +80,8 @@ struct BatchPlan {
     with_row_address: bool,
     output_schema: SchemaRef,
     one_pass: bool,
+    /// Files up to this size are fetched whole (0 unless one-pass).
+    whole_file_limit: u64,
     selection: Option<Arc<RowSelection>>,
     selected_must_match: Option<Arc<SelectionCheck>>,
 }
@@ -169,11 +175,12 @@ impl Scanner {
         self
     }
 
-    /// Reads each data file once, for fragments about to be replaced
-    /// (compaction): file metadata is not kept in the store's Lance cache, and
-    /// files up to [`PREFETCH_LIMIT_BYTES`] are fetched whole in one request
-    /// instead of several ranged reads. Results are identical; only I/O and
-    /// caching differ.
+    /// Reads each data file once, for work that reads a fragment once
+    /// (compaction, index builds): file metadata is not kept in the store's
+    /// Lance cache, and files up to [`PREFETCH_LIMIT_BYTES`] (256 KiB when
+    /// only some columns are read) are fetched whole in one request instead
+    /// of several ranged reads. Results are identical; only I/O and caching
+    /// differ.
     pub fn one_pass(mut self) -> Self {
         self.one_pass = true;
         self
@@ -336,6 +343,11 @@ impl Scanner {
                 read_columns.push(first.name().clone());
             }
         }
+        let whole_file_limit = match (self.one_pass, read_columns.len() == schema.fields().len()) {
+            (false, _) => 0,
+            (true, true) => PREFETCH_LIMIT_BYTES,
+            (true, false) => PROJECTED_WHOLE_FILE_LIMIT_BYTES,
+        };
         Ok(BatchPlan {
             read_columns,
             output_columns: output,
@@ -343,6 +355,7 @@ impl Scanner {
             with_row_address: self.with_row_address,
             output_schema: Arc::new(Schema::new(output_fields)),
             one_pass: self.one_pass,
+            whole_file_limit,
             selection: self.selection.clone(),
             selected_must_match: self.selected_must_match.clone(),
         })
@@ -384,7 +397,7 @@ async fn open_fragment(
     let small = fragment
         .files
         .iter()
-        .all(|file| file.size_bytes <= PREFETCH_LIMIT_BYTES);
+        .all(|file| file.size_bytes <= plan.whole_file_limit);
     if !(plan.one_pass && small) {
         return fragment_stream(dataset, fragment, plan, batch_size).await;
     }
@@ -409,7 +422,7 @@ async fn fragment_stream(
     }
     let reader = if plan.one_pass {
         let file = single_data_file(&fragment)?;
-        if file.size_bytes <= PREFETCH_LIMIT_BYTES {
+        if file.size_bytes <= plan.whole_file_limit {
             LanceFileReader::open(
                 dataset.store(),
                 &file.path,
@@ -792,6 +805,39 @@ mod tests {
         assert_eq!(
             (stats.gets, stats.get_ranges, stats.heads, stats.bytes_read),
             (12, 0, 0, data_bytes)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_projected_one_pass_fetches_whole_only_files_below_its_limit() {
+        let small = dataset(120, 10).await;
+        small.store().reset_stats();
+        let ids = collect(small.scan().project(&["id"]).one_pass()).await;
+        assert_eq!(ids.num_rows(), 120);
+        let stats = small.store().stats();
+        assert_eq!((stats.gets, stats.get_ranges), (12, 0));
+
+        let large = dataset(200_000, 100_000).await;
+        let sizes: Vec<u64> = large.fragments().iter().map(|f| f.size_bytes()).collect();
+        assert!(
+            sizes.iter().all(
+                |size| (PROJECTED_WHOLE_FILE_LIMIT_BYTES + 1..=PREFETCH_LIMIT_BYTES).contains(size)
+            ),
+            "fixture files must sit between the two limits: {sizes:?}"
+        );
+        large.store().reset_stats();
+        let ids = collect(large.scan().project(&["id"]).one_pass()).await;
+        assert_eq!(ids.num_rows(), 200_000);
+        let stats = large.store().stats();
+        assert_eq!(stats.gets, 0, "no file is fetched whole for one column");
+        assert!(stats.bytes_read < sizes.iter().sum::<u64>());
+        large.store().reset_stats();
+        let all = collect(large.scan().one_pass()).await;
+        assert_eq!(all.num_rows(), 200_000);
+        assert_eq!(
+            large.store().stats().gets,
+            2,
+            "every column: each file whole"
         );
     }
 
