@@ -2,9 +2,11 @@
 
 use roaring::{RoaringBitmap, RoaringTreemap};
 
+use refract_core::roaring_format::ByteCursor;
 use refract_core::{Error, Result, Translator, MAX_TRANSLATION_BATCH};
 
 use super::assembler::TreemapAssembler;
+use super::raw::RawPart;
 use super::translate::translate_checked;
 
 /// Memo entry of an address not translated yet.
@@ -46,6 +48,79 @@ impl TranslationMemo {
     /// An empty memo.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// [`Self::remap`] of a posting stored as roaring serializes a treemap
+    /// (`u64` LE part count, then per part a `u32` LE high key and a portable
+    /// bitmap). When every part moves by one constant (a compaction without
+    /// deletions), the parts are shifted straight from their stored
+    /// containers, without building the treemap first; otherwise it is
+    /// decoded and goes through [`Self::remap`]. `what` names the posting in
+    /// errors.
+    ///
+    /// # Errors
+    /// Corrupt, naming `what`, for damaged bytes; those of [`Self::remap`].
+    pub fn remap_serialized(
+        &mut self,
+        bytes: &[u8],
+        what: &str,
+        translator: &dyn Translator,
+    ) -> Result<RoaringTreemap> {
+        if let Some(shifted) = self.shift_serialized(bytes, what, translator)? {
+            return Ok(shifted);
+        }
+        let mut rest = bytes;
+        let posting = RoaringTreemap::deserialize_from(&mut rest)
+            .map_err(|e| Error::corrupt(what, e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(Error::corrupt(what, "trailing bytes after the last part"));
+        }
+        self.remap(&posting, translator)
+    }
+
+    /// The shifted posting when every part of `bytes` moves by one constant;
+    /// `None` (nothing pushed) otherwise.
+    fn shift_serialized(
+        &mut self,
+        bytes: &[u8],
+        what: &str,
+        translator: &dyn Translator,
+    ) -> Result<Option<RoaringTreemap>> {
+        let corrupt = |detail: &str| Error::corrupt(what, detail.to_string());
+        let mut cursor = ByteCursor::new(bytes);
+        let count = cursor
+            .u64()
+            .ok_or_else(|| corrupt("truncated part count"))?;
+        // Each part takes at least 12 bytes (key, cookie, size).
+        let mut parts =
+            Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(bytes.len() / 12));
+        let mut previous: Option<u32> = None;
+        for _ in 0..count {
+            let high = cursor.u32().ok_or_else(|| corrupt("truncated part key"))?;
+            if previous.is_some_and(|p| p >= high) {
+                return Err(corrupt("part keys are not ascending"));
+            }
+            previous = Some(high);
+            let part = RawPart::read(&mut cursor, what)?;
+            let Some((min, max)) = part.bounds else {
+                continue;
+            };
+            match translator.shift_of_range(high, min, max)? {
+                Some(base) => parts.push((part, base)),
+                None => return Ok(None),
+            }
+        }
+        if cursor.remaining() != 0 {
+            return Err(corrupt("trailing bytes after the last part"));
+        }
+        for (part, base) in &parts {
+            if let Err(err) = self.assembler.push_shifted_raw(part, *base, what) {
+                // Leave no half-assembled posting behind for the next call.
+                self.assembler.finish();
+                return Err(err);
+            }
+        }
+        Ok(Some(self.assembler.finish()))
     }
 
     /// Translates `posting`: a part whose offsets all move by one constant

@@ -5,7 +5,7 @@
 //!
 //! [`TreemapAssembler`]: super::TreemapAssembler
 
-use refract_core::roaring_format::{BitmapFrame, ContainerFrame};
+use refract_core::roaring_format::{BitmapFrame, ByteCursor, ContainerFrame};
 use refract_core::{Error, Result};
 
 /// A framed part and its smallest and largest offset (`None` when empty).
@@ -18,13 +18,24 @@ pub(super) struct RawPart<'a> {
 impl<'a> RawPart<'a> {
     /// Frames `bytes`; `what` names the posting in errors.
     pub(super) fn parse(bytes: &'a [u8], what: &str) -> Result<Self> {
-        let corrupt = |detail: &str| Error::corrupt(what, format!("posting part: {detail}"));
-        let frame = BitmapFrame::read_exact(bytes).map_err(|e| corrupt(&e.to_string()))?;
+        let frame = BitmapFrame::read_exact(bytes).map_err(|e| corrupt(what, &e.to_string()))?;
+        Self::framed(frame, what)
+    }
+
+    /// Frames the part at `cursor`, leaving it just after the part.
+    pub(super) fn read(cursor: &mut ByteCursor<'a>, what: &str) -> Result<Self> {
+        let frame = BitmapFrame::read(cursor).map_err(|e| corrupt(what, &e.to_string()))?;
+        Self::framed(frame, what)
+    }
+
+    fn framed(frame: BitmapFrame<'a>, what: &str) -> Result<Self> {
         let mut containers = frame.containers();
         let bounds = match (containers.next(), frame.containers().last()) {
             (Some(first), Some(last)) => Some((
-                first.min().ok_or_else(|| corrupt("empty container"))?,
-                last.max().ok_or_else(|| corrupt("empty container"))?,
+                first
+                    .min()
+                    .ok_or_else(|| corrupt(what, "empty container"))?,
+                last.max().ok_or_else(|| corrupt(what, "empty container"))?,
             )),
             _ => None,
         };
@@ -35,4 +46,8 @@ impl<'a> RawPart<'a> {
     pub(super) fn containers(&self) -> impl Iterator<Item = ContainerFrame<'a>> + '_ {
         self.frame.containers()
     }
+}
+
+fn corrupt(what: &str, detail: &str) -> Error {
+    Error::corrupt(what, format!("posting part: {detail}"))
 }

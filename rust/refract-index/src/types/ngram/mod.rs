@@ -322,9 +322,15 @@ async fn remap_batch(
 ) -> Result<u64> {
     let trigram_values = trigram_column(batch)?;
     let postings = posting_column(batch)?;
+    if postings.len() != trigram_values.len() {
+        return Err(Error::corrupt(
+            "ngram postings file",
+            "trigram and posting columns differ in length",
+        ));
+    }
     for (row, trigram) in trigram_values.values().iter().enumerate() {
-        let posting = decode_posting(postings, row)?;
-        let mut remapped = memo.remap(&posting, translator)?;
+        let mut remapped =
+            memo.remap_serialized(postings.value(row), "ngram posting", translator)?;
         remapped.optimize();
         // `push` skips postings whose rows were all deleted and rejects
         // out-of-order trigrams (a corrupt source file).

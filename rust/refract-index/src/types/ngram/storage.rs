@@ -17,6 +17,7 @@ use roaring::RoaringTreemap;
 
 use super::posting::{deserialize_posting, serialize_posting};
 use super::trigram::Trigram;
+use crate::types::encoding_hints::lightly_compressed;
 
 /// File name of the postings file inside a segment directory.
 pub const POSTINGS_FILE: &str = "ngram.lance";
@@ -34,7 +35,7 @@ const WRITE_BATCH_BYTES: usize = 8 << 20;
 pub fn postings_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new(TRIGRAM_COLUMN, DataType::UInt32, false),
-        Field::new(POSTING_COLUMN, DataType::LargeBinary, false),
+        lightly_compressed(Field::new(POSTING_COLUMN, DataType::LargeBinary, false)),
     ]))
 }
 
