@@ -28,6 +28,8 @@ pub mod codec;
 pub mod memo;
 mod raw;
 #[cfg(test)]
+mod serialized_tests;
+#[cfg(test)]
 mod tests;
 pub mod translate;
 
