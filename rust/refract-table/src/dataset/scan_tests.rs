@@ -181,3 +181,46 @@ fn readahead_keeps_rows_and_bytes_in_flight_bounded(
     assert_eq!(fragment_readahead(&fragments, false), local);
     assert_eq!(fragment_readahead(&fragments, true), remote.min(64));
 }
+
+#[tokio::test]
+async fn a_data_file_that_does_not_store_the_schema_is_corrupt() {
+    let dataset = dataset(30, 10).await;
+    let fragment = dataset.fragments()[0].clone();
+    // What a damaged schema in an unchecksummed file reads as: `name` gone.
+    let path = crate::io::paths::data_file_path("narrow.lance").unwrap();
+    let narrow = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("vector", schema().field(2).data_type().clone(), true),
+    ]));
+    let full = rows(10);
+    let batch = RecordBatch::try_new(
+        narrow.clone(),
+        vec![full.column(0).clone(), full.column(2).clone()],
+    )
+    .unwrap();
+    let mut writer =
+        crate::io::LanceFileWriter::create(dataset.store(), &path, narrow, Default::default())
+            .await
+            .unwrap();
+    writer.write(&batch).await.unwrap();
+    writer.finish().await.unwrap();
+    let narrow = LanceFileReader::open(dataset.store(), &path, ReadOptions::default())
+        .await
+        .unwrap();
+    match dataset.check_data_file(&fragment, &narrow) {
+        Err(Error::Corrupt { what, message }) => {
+            assert_eq!(what, "Lance file data/narrow.lance");
+            assert!(message.contains("column \"name\""), "{message}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // Another row count than the manifest records is Corrupt too.
+    let own = dataset.fragment_reader(&fragment).await.unwrap();
+    let mut claimed = fragment.clone();
+    claimed.physical_rows += 1;
+    assert!(matches!(
+        dataset.check_data_file(&claimed, &own),
+        Err(Error::Corrupt { what, .. }) if what == "manifest"
+    ));
+    dataset.check_data_file(&fragment, &own).unwrap();
+}
