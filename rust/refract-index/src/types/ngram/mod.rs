@@ -322,12 +322,7 @@ async fn remap_batch(
 ) -> Result<u64> {
     let trigram_values = trigram_column(batch)?;
     let postings = posting_column(batch)?;
-    if postings.len() != trigram_values.len() {
-        return Err(Error::corrupt(
-            "ngram postings file",
-            "trigram and posting columns differ in length",
-        ));
-    }
+    // Columns of one record batch have one length: `row` is inside both.
     for (row, trigram) in trigram_values.values().iter().enumerate() {
         let mut remapped =
             memo.remap_serialized(postings.value(row), "ngram posting", translator)?;

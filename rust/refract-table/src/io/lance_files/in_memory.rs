@@ -16,14 +16,30 @@ use lance_core::deepsize::{Context, DeepSizeOf};
 use lance_io::object_store::ObjectStore as LanceObjectStore;
 use lance_io::scheduler::{FileScheduler, ScanScheduler, SchedulerConfig};
 use lance_io::traits::Reader;
+use object_store::memory::InMemory;
 use object_store::path::Path;
+use url::Url;
 
 use super::{PREFETCH_BLOCK_SIZE, PREFETCH_IO_PARALLELISM};
 
-/// The store a [`ScanScheduler`] needs for its I/O settings; nothing is ever
-/// read from it (every file comes with its own [`BytesReader`]).
-static SETTINGS_STORE: LazyLock<Arc<LanceObjectStore>> =
-    LazyLock::new(|| Arc::new(LanceObjectStore::memory()));
+/// The store a [`ScanScheduler`] takes its I/O settings from (block size,
+/// which sets how far Lance coalesces reads, and parallelism); nothing is
+/// ever read from it (every file comes with its own [`BytesReader`]).
+static SETTINGS_STORE: LazyLock<Arc<LanceObjectStore>> = LazyLock::new(|| {
+    // A constant URL of a scheme the parser knows.
+    let url = Url::parse("memory:///").expect("memory:/// is a valid URL");
+    Arc::new(LanceObjectStore::new(
+        Arc::new(InMemory::new()),
+        url,
+        Some(PREFETCH_BLOCK_SIZE),
+        None,
+        false,
+        false,
+        PREFETCH_IO_PARALLELISM,
+        0,
+        None,
+    ))
+});
 
 /// A Lance [`FileScheduler`] over `bytes`, the whole file at `path`.
 ///
@@ -97,6 +113,12 @@ impl Reader for BytesReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scheduler_coalesces_by_the_prefetch_block_size() {
+        assert_eq!(SETTINGS_STORE.block_size(), PREFETCH_BLOCK_SIZE);
+        assert_eq!(SETTINGS_STORE.io_parallelism(), PREFETCH_IO_PARALLELISM);
+    }
 
     #[tokio::test]
     async fn ranges_are_slices_and_out_of_bounds_is_an_error() {

@@ -134,10 +134,7 @@ pub fn lance_error(
         return damage;
     }
     if caused_by_decoder_panic(&err) {
-        return Error::corrupt(
-            format!("Lance file {path}"),
-            format!("the Lance decoder panicked while {action} the file"),
-        );
+        return decoder_panicked(action, path);
     }
     if caused_by_object_store(&err) {
         return Error::external(format!("{action} Lance file {path}"), err);
@@ -148,6 +145,15 @@ pub fn lance_error(
     } else {
         Error::external(format!("{action} Lance file {path}"), err)
     }
+}
+
+/// The one-line Corrupt error of a Lance decoder that panicked while doing
+/// `action` on `path`: only bytes it cannot decode make it panic.
+pub(crate) fn decoder_panicked(action: &str, path: &RelativePath) -> Error {
+    Error::corrupt(
+        format!("Lance file {path}"),
+        format!("the Lance decoder panicked while {action} the file"),
+    )
 }
 
 /// Refuses to overwrite: data and index paths are immutable (Lance caches

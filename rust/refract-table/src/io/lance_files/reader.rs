@@ -52,10 +52,7 @@ async fn open_isolated(
         .await
     {
         Ok(result) => result,
-        Err(_panic) => Err(Error::corrupt(
-            format!("Lance file {path}"),
-            "the Lance decoder panicked while opening the file",
-        )),
+        Err(_panic) => Err(decoder_panicked("opening", path)),
     }
 }
 
@@ -484,13 +481,9 @@ impl LanceFileReader {
                 }
                 match task.wait().await {
                     Ok(()) => None,
-                    Err(join) if join.is_panic() => Some((
-                        Err(Error::corrupt(
-                            format!("Lance file {path}"),
-                            "the Lance decoder panicked while reading the file",
-                        )),
-                        None,
-                    )),
+                    Err(join) if join.is_panic() => {
+                        Some((Err(decoder_panicked("reading", &path)), None))
+                    }
                     Err(join) => Some((
                         Err(Error::external(format!("reading Lance file {path}"), join)),
                         None,
@@ -511,12 +504,6 @@ impl LanceFileReader {
         batch_size: u32,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         let path = self.inner.path.clone();
-        let panicked = |path: &RelativePath| {
-            Error::corrupt(
-                format!("Lance file {path}"),
-                "the Lance decoder panicked while reading the file",
-            )
-        };
         let opened = AssertUnwindSafe(self.inner.reader.read_stream_projected(
             params,
             batch_size,
@@ -529,7 +516,7 @@ impl LanceFileReader {
         let batches = match opened {
             Ok(Ok(batches)) => batches,
             Ok(Err(e)) => return Err(lance_error("reading", &path, e, READ_FAILURE_IS_DAMAGE)),
-            Err(_panic) => return Err(panicked(&path)),
+            Err(_panic) => return Err(decoder_panicked("reading", &path)),
         };
         Ok(AssertUnwindSafe(batches)
             .catch_unwind()
@@ -537,7 +524,7 @@ impl LanceFileReader {
                 Ok(batch) => {
                     batch.map_err(|e| lance_error("reading", &path, e, READ_FAILURE_IS_DAMAGE))
                 }
-                Err(_panic) => Err(panicked(&path)),
+                Err(_panic) => Err(decoder_panicked("reading", &path)),
             })
             .boxed())
     }
