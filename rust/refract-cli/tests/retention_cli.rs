@@ -499,6 +499,43 @@ fn orphans_go_only_when_older_than_the_window() {
     );
 }
 
+/// The reproduction of a link to a directory elsewhere: cleanup, with the
+/// default window and with none, never deletes what the link points at, and
+/// removes an orphaned link as a link.
+#[test]
+fn a_link_to_elsewhere_never_lets_cleanup_delete_outside_the_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = uri(dir.path());
+    ok(&["append", &uri, "--rows", "2000", "--fragment-rows", "500"]);
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let precious = outside.join("precious.txt");
+    std::fs::write(&precious, b"keep\n").unwrap();
+    let month_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(30 * 86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(&precious)
+        .unwrap()
+        .set_modified(month_ago)
+        .unwrap();
+    let link = dir.path().join("table/data/evil");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+
+    assert_eq!(
+        ok(&["cleanup", &uri, "--orphans"]),
+        "cleanup: expired 0 of 2 version(s), removed 0 file(s), freed 0 bytes\norphans: removed 0 unreferenced file(s)\n"
+    );
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep\n");
+
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let report = json_of(&["cleanup", &uri, "--older-than", "1s", "--orphans", "--json"]);
+    assert_eq!(report["orphans_removed"], json!(["data/evil"]));
+    assert!(std::fs::symlink_metadata(&link).is_err(), "the link went");
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep\n");
+    assert_eq!(ids(&["scan", &uri, "--columns", "id"]).len(), 2000);
+    ok(&["verify", &uri]);
+}
+
 #[test]
 fn bad_cleanup_arguments_are_one_line_usage_errors_that_remove_nothing() {
     let dir = tempfile::tempdir().unwrap();

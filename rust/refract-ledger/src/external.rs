@@ -29,9 +29,10 @@ pub struct ExternalContent {
 impl ExternalContent {
     /// Validates a stored reference of FRI `fri_uuid`.
     ///
-    /// Errors: `PathEscape` for a path that is absolute, contains `..`, `.`,
+    /// Errors: `Corrupt` for a path that is absolute, contains `..`, `.`,
     /// empty components, backslashes or NUL, or is not under
-    /// `_indices/<fri uuid>/`; `Corrupt` for an overflowing or oversized range.
+    /// `_indices/<fri uuid>/` (stored bytes naming a file elsewhere are
+    /// damaged or forged), and for an overflowing or oversized range.
     pub(crate) fn from_proto(file: proto::ExternalFile, fri_uuid: &Uuid) -> Result<Self> {
         check_path(&file.path, fri_uuid)?;
         let end = file.offset.checked_add(file.size).ok_or_else(|| {
@@ -105,8 +106,14 @@ pub fn fri_directory(fri_uuid: &Uuid) -> String {
 }
 
 fn check_path(path: &str, fri_uuid: &Uuid) -> Result<()> {
-    let escape = || Error::PathEscape {
-        path: path.to_string(),
+    let escape = || {
+        Error::corrupt(
+            WHAT,
+            format!(
+                "external content path {path:?} leaves {}",
+                fri_directory(fri_uuid)
+            ),
+        )
     };
     if path.contains(['\\', '\0']) {
         return Err(escape());
@@ -149,7 +156,10 @@ mod tests {
     #[case::windows_absolute("C:/_indices/12345678-9abc-def0-1234-56789abcdef0/d")]
     fn escaping_paths_are_rejected(#[case] path: &str) {
         let err = ExternalContent::from_proto(file(path, 0, 1), &FRI).unwrap_err();
-        assert!(matches!(err, Error::PathEscape { path: p } if p == path));
+        assert!(
+            matches!(&err, Error::Corrupt { message, .. } if message.contains(&format!("{path:?}"))),
+            "{err}"
+        );
     }
 
     #[test]

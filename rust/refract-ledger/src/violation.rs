@@ -37,7 +37,10 @@ impl Violation {
     /// Converts into the error kind that fits `origin`.
     pub(crate) fn into_error(self, origin: Origin) -> Error {
         match (self, origin) {
-            (Violation::PathEscape(path), _) => Error::PathEscape { path },
+            (Violation::PathEscape(path), Origin::Stored) => {
+                Error::corrupt(WHAT, format!("file path {path:?} leaves the dataset root"))
+            }
+            (Violation::PathEscape(path), Origin::Caller) => Error::PathEscape { path },
             (Violation::Invalid(message), Origin::Stored) => Error::corrupt(WHAT, message),
             (Violation::Invalid(message), Origin::Caller) => Error::invalid_input(message),
         }

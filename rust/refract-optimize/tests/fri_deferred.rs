@@ -397,9 +397,9 @@ async fn bad_external_references_fail_before_any_read(
     let err = refract_table::commit::fri_entry::load_ledger_of(dataset.store(), &manifest)
         .await
         .unwrap_err();
-    match kind {
-        "escape" => assert!(matches!(err, Error::PathEscape { .. }), "{err}"),
-        _ => assert!(matches!(err, Error::Corrupt { .. }), "{err}"),
+    assert!(matches!(err, Error::Corrupt { .. }), "{kind}: {err}");
+    if kind == "escape" {
+        assert!(err.to_string().contains(&format!("{path:?}")), "{err}");
     }
     let stats = dataset.store().stats();
     assert_eq!(

@@ -160,7 +160,8 @@ impl FaultRig {
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::external(format!("creating {}", dir.display()), e))?;
         let guard = Arc::new(TempRoot(dir.clone()));
-        let local = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+        // The store a local dataset opens with (no-follow listings and deletes).
+        let local = crate::io::DirectLocalStore::new(&dir)
             .map_err(|e| Error::external(format!("opening {}", dir.display()), e))?;
         let mut rig = Self::over(Arc::new(local));
         rig._dir = Some(guard);

@@ -130,7 +130,7 @@ pub async fn read_external_content(
     store: &DatasetStore,
     external: &ExternalContent,
 ) -> Result<Bytes> {
-    let path = RelativePath::parse(external.path())?;
+    let path = RelativePath::parse_recorded(external.path(), "FRI ledger")?;
     let range = external.byte_range();
     let bytes = match store.get_range(&path, range.clone()).await {
         Ok(bytes) => bytes,

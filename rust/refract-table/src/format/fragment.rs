@@ -126,7 +126,7 @@ impl Fragment {
             .files
             .iter()
             .map(|file| {
-                let path = RelativePath::parse(&file.path)?;
+                let path = RelativePath::parse_recorded(&file.path, "manifest")?;
                 let checksum = checksum_from_proto(file.checksum.as_ref(), &path, file.size_bytes)?;
                 Ok(DataFile {
                     path,
@@ -140,7 +140,7 @@ impl Fragment {
             .deletion_file
             .as_ref()
             .map(|deletion| {
-                let path = RelativePath::parse(&deletion.path)?;
+                let path = RelativePath::parse_recorded(&deletion.path, "manifest")?;
                 // A deletion file's size is not recorded: the checksum says it.
                 let checksum = deletion
                     .checksum

@@ -104,7 +104,7 @@ pub(crate) fn stored_file_to_proto(file: &RecordedFile) -> proto::StoredFile {
 /// Decodes a stored file reference (the path is untrusted); Corrupt (the
 /// manifest) without a checksum or with one that does not cover the size.
 pub(crate) fn stored_file_from_proto(stored: &proto::StoredFile) -> Result<RecordedFile> {
-    let path = RelativePath::parse(&stored.path)?;
+    let path = RelativePath::parse_recorded(&stored.path, "manifest")?;
     let checksum = checksum_from_proto(stored.checksum.as_ref(), &path, stored.size_bytes)?
         .ok_or_else(|| {
             Error::corrupt("manifest", format!("{path} is recorded without a checksum"))

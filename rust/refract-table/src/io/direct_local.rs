@@ -6,9 +6,11 @@
 //! machines whose free guest memory is handed back to the host, every fresh
 //! page-cache page costs a host fault. On the reference machine a 256 MiB
 //! buffered write took 1.5–2.3 s and the same write with `O_DIRECT` 0.13 s
-//! (docs/benchmarks.md, Compaction). Everything else — reads, listings, small
-//! puts, copies, renames, deletes — is delegated unchanged to `object_store`'s
-//! [`LocalFileSystem`], and uploads keep its conventions: parts go to a staging
+//! (docs/benchmarks.md, Compaction). Listings and deletes never follow a
+//! symbolic link (see `no_follow`: garbage collection must not leave the
+//! root). Everything else — reads, small puts, copies, renames — is delegated
+//! unchanged to `object_store`'s [`LocalFileSystem`], and uploads keep its
+//! conventions: parts go to a staging
 //! file `<dest>#<n>` (hidden from listings) that is renamed into place on
 //! completion, so the object appears whole or not at all.
 //!
@@ -34,9 +36,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt, TryFutureExt};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
+
+use super::no_follow;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
@@ -53,6 +57,8 @@ const DIRECT_ALIGN: usize = 4096;
 const BOUNCE_BYTES: usize = 1 << 20;
 /// Bounce buffers kept for reuse between writes.
 const IDLE_BOUNCE_BUFFERS: usize = 2;
+/// Deletes of one `delete_stream` running at once (as `LocalFileSystem`).
+const DELETES_IN_FLIGHT: usize = 10;
 /// Name used in `object_store` errors raised here.
 const STORE_NAME: &str = "DirectLocalStore";
 
@@ -79,26 +85,65 @@ fn with_bounce<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     result
 }
 
-/// `object_store`'s local file system with page-cache-bypassing multipart uploads.
+/// `object_store`'s local file system with page-cache-bypassing multipart
+/// uploads, and listings and deletes that never follow a symbolic link.
+///
+/// Invariant: `root` is the directory `inner` is rooted at, so every key maps
+/// to a path below it.
 #[derive(Debug)]
 pub struct DirectLocalStore {
     inner: Arc<LocalFileSystem>,
+    root: Arc<PathBuf>,
     direct: bool,
 }
 
 impl DirectLocalStore {
-    /// Wraps `inner` with direct writes on.
-    pub fn new(inner: LocalFileSystem) -> Self {
-        Self::with_direct_writes(inner, true)
+    /// A store rooted at the existing directory `root`, direct writes on.
+    ///
+    /// # Errors
+    /// When `root` cannot be resolved to an absolute path.
+    pub fn new(root: &std::path::Path) -> object_store::Result<Self> {
+        Self::with_direct_writes(root, true)
     }
 
-    /// Wraps `inner`, choosing direct writes explicitly (`false`: plain writes,
-    /// still through this store's staging and rename).
-    pub fn with_direct_writes(inner: LocalFileSystem, direct: bool) -> Self {
-        DirectLocalStore {
-            inner: Arc::new(inner),
+    /// Like [`Self::new`], choosing direct writes explicitly (`false`: plain
+    /// writes, still through this store's staging and rename).
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn with_direct_writes(root: &std::path::Path, direct: bool) -> object_store::Result<Self> {
+        let root = std::fs::canonicalize(root).map_err(generic_error)?;
+        Ok(DirectLocalStore {
+            inner: Arc::new(LocalFileSystem::new_with_prefix(&root)?),
+            root: Arc::new(root),
             direct,
-        }
+        })
+    }
+
+    /// The objects under `prefix` (everything when `None`) after `offset`,
+    /// listed without following links.
+    fn list_after(
+        &self,
+        prefix: Option<&Path>,
+        offset: Option<&Path>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let start = match prefix.filter(|p| !p.as_ref().is_empty()) {
+            Some(prefix) => match self.inner.path_to_filesystem(prefix) {
+                Ok(start) => start,
+                Err(err) => return futures::stream::once(async { Err(err) }).boxed(),
+            },
+            None => self.root.to_path_buf(),
+        };
+        let root = self.root.clone();
+        let offset = offset.cloned();
+        let listing = async move {
+            let mut objects = run_blocking(move || no_follow::list(&root, &start)).await?;
+            if let Some(offset) = offset {
+                objects.retain(|object| object.location > offset);
+            }
+            Ok::<_, object_store::Error>(futures::stream::iter(objects.into_iter().map(Ok)))
+        };
+        listing.try_flatten_stream().boxed()
     }
 }
 
@@ -113,6 +158,16 @@ fn generic_error(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ob
         store: STORE_NAME,
         source: err.into(),
     }
+}
+
+/// True for a store error that wraps a missing file.
+fn is_not_found(err: &object_store::Error) -> bool {
+    let object_store::Error::Generic { source, .. } = err else {
+        return false;
+    };
+    source
+        .downcast_ref::<io::Error>()
+        .is_some_and(|io| io.kind() == io::ErrorKind::NotFound)
 }
 
 /// Runs blocking file work off the async workers when a runtime is present.
@@ -181,11 +236,32 @@ impl ObjectStore for DirectLocalStore {
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
+        let inner = self.inner.clone();
+        let root = self.root.clone();
+        locations
+            .map(move |location| {
+                let inner = inner.clone();
+                let root = root.clone();
+                async move {
+                    let location = location?;
+                    let target = inner.path_to_filesystem(&location)?;
+                    let removed = run_blocking(move || no_follow::delete(&root, &target)).await;
+                    match removed {
+                        Ok(()) => Ok(location),
+                        Err(err) if is_not_found(&err) => Err(object_store::Error::NotFound {
+                            path: location.to_string(),
+                            source: Box::new(err),
+                        }),
+                        Err(err) => Err(err),
+                    }
+                }
+            })
+            .buffered(DELETES_IN_FLIGHT)
+            .boxed()
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        self.list_after(prefix, None)
     }
 
     fn list_with_offset(
@@ -193,7 +269,7 @@ impl ObjectStore for DirectLocalStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
+        self.list_after(prefix, Some(offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
@@ -472,10 +548,7 @@ mod tests {
     }
 
     fn store(dir: &tempfile::TempDir, direct: bool) -> DirectLocalStore {
-        DirectLocalStore::with_direct_writes(
-            LocalFileSystem::new_with_prefix(dir.path()).unwrap(),
-            direct,
-        )
+        DirectLocalStore::with_direct_writes(dir.path(), direct).unwrap()
     }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {

@@ -9,6 +9,7 @@ pub mod direct_local;
 pub mod fault;
 pub mod lance_concat;
 pub mod lance_files;
+mod no_follow;
 mod object_stream;
 pub mod paths;
 pub mod read_ahead;

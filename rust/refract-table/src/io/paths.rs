@@ -2,11 +2,14 @@
 //!
 //! Every path Refract reads or writes is relative to the dataset root. Paths that
 //! come from metadata (manifests, index details, ledgers) are untrusted: they are
-//! parsed through [`RelativePath::parse`], which refuses anything that could
-//! leave the root (`..`, absolute paths, URLs, backslashes, empty segments, NUL).
+//! parsed through [`RelativePath::parse_recorded`], which refuses (as Corrupt)
+//! anything that could leave the root: `..`, absolute paths, URLs, backslashes,
+//! empty segments, NUL, and any of these spelt with percent escapes (`%2e%2e`),
+//! which a store or an HTTP client could decode.
 
 use std::fmt;
 
+use percent_encoding::percent_decode_str;
 use refract_core::{Error, Result};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use uuid::Uuid;
@@ -29,8 +32,9 @@ const ROW_MAP_FILE: &str = "stable_partition.lance";
 /// A validated path relative to the dataset root.
 ///
 /// Invariant: non-empty, segments separated by single `/`, every segment is
-/// non-empty, not `.` or `..`, and contains no `\`, `:` followed by `//`, or NUL.
-/// A trailing `/` is allowed only to denote a directory (see [`index_dir`]).
+/// non-empty, not `.` or `..`, and contains no `\`, `:` followed by `//`, or NUL,
+/// whether written plainly or with percent escapes. A trailing `/` is allowed
+/// only to denote a directory (see [`index_dir`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RelativePath(String);
 
@@ -43,6 +47,18 @@ impl RelativePath {
     pub fn parse(raw: &str) -> Result<RelativePath> {
         validate(raw)?;
         Ok(RelativePath(raw.to_string()))
+    }
+
+    /// Parses a path read from stored bytes (a manifest, a transaction, an
+    /// index or FRI record), where one leaving the root means the bytes are
+    /// damaged or forged.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] naming `what` (the record holding the path) when
+    /// [`Self::parse`] refuses `raw`.
+    pub fn parse_recorded(raw: &str, what: &str) -> Result<RelativePath> {
+        RelativePath::parse(raw)
+            .map_err(|_| Error::corrupt(what, format!("file path {raw:?} leaves the dataset root")))
     }
 
     /// The path as a string, exactly as validated.
@@ -104,15 +120,25 @@ fn validate(raw: &str) -> Result<()> {
         return Err(escape(raw));
     }
     for segment in body.split('/') {
-        if segment.is_empty() || segment == "." || segment == ".." {
+        if !is_plain_segment(segment) {
             return Err(escape(raw));
         }
-        // A drive letter such as `C:` would be absolute on Windows.
-        if segment.ends_with(':') {
-            return Err(escape(raw));
+        // A store or HTTP client may decode `%2e%2e` into `..` (and `%2f`
+        // into `/`): the decoded form must be a plain segment too.
+        if segment.contains('%') {
+            let decoded = percent_decode_str(segment).decode_utf8_lossy();
+            if !is_plain_segment(&decoded) || decoded.contains(['/', '\\', '\0']) {
+                return Err(escape(raw));
+            }
         }
     }
     Ok(())
+}
+
+/// Not empty, not `.` or `..`, and no drive letter such as `C:` (which would
+/// be absolute on Windows).
+fn is_plain_segment(segment: &str) -> bool {
+    !segment.is_empty() && segment != "." && segment != ".." && !segment.ends_with(':')
 }
 
 impl fmt::Display for RelativePath {
@@ -204,6 +230,14 @@ mod tests {
     #[case::windows_parent("..\\x")]
     #[case::nul("data/x\0")]
     #[case::drive("C:/x")]
+    #[case::encoded_parent("data/%2e%2e/x")]
+    #[case::encoded_parent_upper("%2E%2E/x")]
+    #[case::half_encoded_parent("data/.%2e")]
+    #[case::encoded_dot("%2e/x")]
+    #[case::encoded_slash("data%2f..%2fx")]
+    #[case::encoded_backslash("data/..%5cx")]
+    #[case::encoded_nul("data/x%00")]
+    #[case::encoded_drive("C%3a/x")]
     fn parse_rejects_escapes(#[case] raw: &str) {
         match RelativePath::parse(raw) {
             Err(Error::PathEscape { path }) => assert_eq!(path, raw),
@@ -217,6 +251,8 @@ mod tests {
     #[case("_indices/abc/")]
     #[case("x")]
     #[case("a..b/c.d")]
+    #[case("data/100%25.lance")]
+    #[case("data/%zz")]
     fn parse_accepts_relative_paths(#[case] raw: &str) {
         let path = RelativePath::parse(raw).unwrap();
         assert_eq!(path.as_str(), raw);
@@ -265,6 +301,30 @@ mod tests {
             deletion_file_path(name),
             Err(Error::PathEscape { .. })
         ));
+    }
+
+    #[rstest]
+    #[case("../x")]
+    #[case("/etc/x")]
+    #[case("s3://other-bucket/x")]
+    #[case("data/%2e%2e/%2e%2e/x")]
+    fn recorded_paths_leaving_the_root_are_corrupt(#[case] raw: &str) {
+        match RelativePath::parse_recorded(raw, "manifest") {
+            Err(Error::Corrupt { what, message }) => {
+                assert_eq!(what, "manifest");
+                assert_eq!(
+                    message,
+                    format!("file path {raw:?} leaves the dataset root")
+                );
+            }
+            other => panic!("{raw:?} should be Corrupt, got {other:?}"),
+        }
+        assert_eq!(
+            RelativePath::parse_recorded("data/a.lance", "manifest")
+                .unwrap()
+                .as_str(),
+            "data/a.lance"
+        );
     }
 
     #[test]

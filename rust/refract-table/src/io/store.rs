@@ -15,7 +15,6 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use lance_core::cache::LanceCache;
-use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use refract_core::{Error, Result};
@@ -249,12 +248,13 @@ impl DatasetStore {
                 canonical.display()
             )));
         }
-        let local = LocalFileSystem::new_with_prefix(&canonical).map_err(|e| {
-            Error::external(format!("opening local store at {}", canonical.display()), e)
-        })?;
-        // Large writes bypass the page cache (see `direct_local`).
-        let store: Arc<dyn ObjectStore> =
-            Arc::new(DirectLocalStore::with_direct_writes(local, direct_writes));
+        // Large writes bypass the page cache; listings and deletes never
+        // follow a link (see `direct_local`).
+        let local =
+            DirectLocalStore::with_direct_writes(&canonical, direct_writes).map_err(|e| {
+                Error::external(format!("opening local store at {}", canonical.display()), e)
+            })?;
+        let store: Arc<dyn ObjectStore> = Arc::new(local);
         let uri = canonical.display().to_string();
         Ok(DatasetStore::from_object_store(store, &uri))
     }

@@ -207,20 +207,20 @@ async fn every_manifest_error_names_its_version_and_file() {
         err.to_string().ends_with("the file records version 8"),
         "{err}"
     );
-    // A path escape names the manifest holding the path.
+    // A path leaving the root is damage, naming the manifest holding it.
     let mut message = next_message(&dataset);
     message.version = version + 1;
     message.fragments[0].files[0].path = "../x.lance".into();
     damage_manifest(&dataset, version + 1, Bytes::from(message.encode_to_vec())).await;
     let err = Dataset::open(&location.uri).await.unwrap_err();
-    assert!(matches!(err, Error::PathEscape { .. }), "{err:?}");
-    assert!(
-        err.to_string().ends_with(&format!(
-            "../x.lance (named by the manifest of version {} ({}))",
+    assert_names_manifest(&err, version + 1);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "corrupt manifest of version {} ({}): file path \"../x.lance\" leaves the dataset root",
             version + 1,
             manifest_path(version + 1)
-        )),
-        "{err}"
+        )
     );
 }
 
@@ -228,15 +228,22 @@ async fn every_manifest_error_names_its_version_and_file() {
 #[case::parent("../x.lance")]
 #[case::nested_parent("data/../../x.lance")]
 #[case::absolute("/etc/passwd")]
+#[case::url("s3://other-bucket/x.lance")]
+#[case::encoded_parent("data/%2e%2e/%2E%2E/x.lance")]
 #[tokio::test]
-async fn path_escapes_in_manifest_are_refused(#[case] path: &str) {
+async fn path_escapes_in_manifest_are_corrupt(#[case] path: &str) {
     let location = location(Backend::Memory);
     let dataset = create_with_rows(&location.uri, 10, 10).await;
     let mut message = next_message(&dataset);
     message.fragments[0].files[0].path = path.to_string();
     publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
     let err = Dataset::open(&location.uri).await.unwrap_err();
-    assert!(matches!(err, Error::PathEscape { .. }), "{err}");
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with(&format!("file path {path:?} leaves the dataset root")),
+        "{err}"
+    );
 }
 
 #[rstest]
