@@ -506,6 +506,8 @@ async fn forged_paths_in_an_expired_version_are_corrupt_and_nothing_is_deleted(
         let forged = forged.replace("{outside}", outside_file.to_str().unwrap());
         forge_version(&dataset, version, &original, record, &forged).await;
         let before = root_snapshot(&dataset).await;
+        // A fresh session: the forged bytes, not a cached manifest.
+        let dataset = rig.open().await;
 
         let err = cleanup_old_versions(&dataset, &expire_all_but_latest())
             .await
