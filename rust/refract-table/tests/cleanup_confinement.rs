@@ -43,45 +43,37 @@ enum Backend {
 struct Rig {
     uri: String,
     storage: StorageOptions,
-    /// Stores rooted outside the dataset, whose every object is precious.
-    outside: Vec<DatasetStore>,
+    /// Stores rooted outside the dataset, each with the files written there.
+    outside: Vec<(DatasetStore, Vec<RelativePath>)>,
     /// Local only: the temp dir holding both.
     dir: Option<tempfile::TempDir>,
 }
 
 const THIRTY_DAYS: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// The files written outside: the target of every link and forged path.
+const OUTSIDE_FILES: [&str; 2] = ["precious.txt", "nested/other.bin"];
+
+/// Writes `bytes` at `file` under `store`'s root.
+async fn put(store: &DatasetStore, file: &str, bytes: &'static [u8]) {
+    store
+        .put(
+            &RelativePath::parse(file).unwrap(),
+            Bytes::from_static(bytes),
+        )
+        .await
+        .unwrap();
+}
+
 impl Rig {
     async fn new(backend: Backend, name: &str) -> Option<Rig> {
-        match backend {
+        let (uri, storage, roots, dir) = match backend {
             Backend::Local => {
                 let dir = tempfile::tempdir().unwrap();
                 let outside = dir.path().join("outside");
-                std::fs::create_dir_all(outside.join("nested")).unwrap();
-                for (path, bytes) in [
-                    ("precious.txt", &b"keep"[..]),
-                    ("nested/other.bin", &b"\x00\x01also keep"[..]),
-                ] {
-                    let file = outside.join(path);
-                    std::fs::write(&file, bytes).unwrap();
-                    // Old enough for any age cutoff.
-                    let old = SystemTime::now() - THIRTY_DAYS;
-                    std::fs::File::options()
-                        .write(true)
-                        .open(&file)
-                        .unwrap()
-                        .set_modified(old)
-                        .unwrap();
-                }
-                let store = DatasetStore::open(outside.to_str().unwrap(), false)
-                    .await
-                    .unwrap();
-                Some(Rig {
-                    uri: dir.path().join("ds").to_str().unwrap().to_string(),
-                    storage: StorageOptions::new(),
-                    outside: vec![store],
-                    dir: Some(dir),
-                })
+                let uri = dir.path().join("ds").to_str().unwrap().to_string();
+                let roots = vec![(outside.to_str().unwrap().to_string(), &OUTSIDE_FILES[..])];
+                (uri, StorageOptions::new(), roots, Some(dir))
             }
             Backend::S3 => {
                 let (uri, storage) = s3_test_location(name)?;
@@ -89,35 +81,50 @@ impl Rig {
                 // every test, so give this one a parent of its own.
                 let (bucket_uri, leaf) = uri.rsplit_once('/').unwrap();
                 let parent = format!("{bucket_uri}/{leaf}-parent");
-                let uri = format!("{parent}/ds");
-                let mut outside = Vec::new();
                 // A sibling whose name extends the root's, the parent itself
                 // and a sibling directory.
-                for (root, file) in [
-                    (format!("{parent}/ds-outside"), "precious.txt"),
-                    (parent.clone(), "precious.txt"),
-                    (format!("{parent}/outside"), "nested/other.bin"),
-                ] {
-                    let store = DatasetStore::open_with_options(&root, false, &storage)
-                        .await
-                        .unwrap();
-                    store
-                        .put(
-                            &RelativePath::parse(file).unwrap(),
-                            Bytes::from_static(b"keep"),
-                        )
-                        .await
-                        .unwrap();
-                    outside.push(store);
-                }
-                Some(Rig {
-                    uri,
-                    storage,
-                    outside,
-                    dir: None,
-                })
+                let roots = vec![
+                    (format!("{parent}/ds-outside"), &OUTSIDE_FILES[..1]),
+                    (parent.clone(), &OUTSIDE_FILES[..1]),
+                    (format!("{parent}/outside"), &OUTSIDE_FILES[1..]),
+                ];
+                (format!("{parent}/ds"), storage, roots, None)
+            }
+        };
+        let mut outside = Vec::new();
+        for (root, files) in roots {
+            let store = DatasetStore::open_with_options(&root, true, &storage)
+                .await
+                .unwrap();
+            for file in files {
+                put(&store, file, b"keep").await;
+            }
+            outside.push((
+                store,
+                files
+                    .iter()
+                    .map(|f| RelativePath::parse(f).unwrap())
+                    .collect(),
+            ));
+        }
+        if let Some(dir) = &dir {
+            // Old enough for any age cutoff.
+            let old = SystemTime::now() - THIRTY_DAYS;
+            for file in OUTSIDE_FILES {
+                std::fs::File::options()
+                    .write(true)
+                    .open(dir.path().join("outside").join(file))
+                    .unwrap()
+                    .set_modified(old)
+                    .unwrap();
             }
         }
+        Some(Rig {
+            uri,
+            storage,
+            outside,
+            dir,
+        })
     }
 
     fn options(&self) -> OpenOptions {
@@ -139,21 +146,15 @@ impl Rig {
         self.dir.as_ref().unwrap().path().join("outside")
     }
 
-    /// Every object outside the root, with its bytes.
-    async fn outside_snapshot(&self) -> BTreeMap<String, Bytes> {
+    /// Every file written outside the root, with its bytes (`None`: gone).
+    async fn outside_snapshot(&self) -> BTreeMap<String, Option<Bytes>> {
         let mut all = BTreeMap::new();
-        for (n, store) in self.outside.iter().enumerate() {
-            for dir in ["precious.txt", "nested"] {
-                for object in store
-                    .list(&RelativePath::parse(dir).unwrap())
-                    .await
-                    .unwrap()
-                {
-                    let bytes = store.get(&object.path).await.unwrap();
-                    all.insert(format!("{n}:{}", object.path), bytes);
-                }
+        for (n, (store, files)) in self.outside.iter().enumerate() {
+            for file in files {
+                all.insert(format!("{n}:{file}"), store.get(file).await.ok());
             }
         }
+        assert!(all.values().all(Option::is_some), "{all:?}");
         all
     }
 
@@ -412,8 +413,7 @@ async fn forge_version(
     path: &str,
 ) {
     let store = dataset.store();
-    let bytes = original;
-    let mut message = proto::Manifest::decode(manifest_body(&bytes).unwrap()).unwrap();
+    let mut message = proto::Manifest::decode(manifest_body(original).unwrap()).unwrap();
     let fragment = message.fragments.last_mut().unwrap();
     match record {
         Record::DataFile => fragment.files[0].path = path.to_string(),

@@ -102,7 +102,7 @@ pub async fn load_ledger_of(
 ///
 /// # Errors
 /// NotSupported for an unknown index version; Corrupt for malformed details or
-/// ledger content; PathEscape for a bad external reference or ledger `map_id`;
+/// ledger content, a bad external reference or a path-like ledger `map_id`;
 /// for external content, those of [`read_external_content`].
 pub async fn decode_entry(store: &DatasetStore, entry: &IndexMetadata) -> Result<Ledger> {
     match parse_details(&entry.details, entry.index_version, &entry.uuid)? {
@@ -123,8 +123,7 @@ pub async fn decode_entry(store: &DatasetStore, entry: &IndexMetadata) -> Result
 /// stays NotFound and any other failure (I/O) is returned unchanged.
 ///
 /// # Errors
-/// PathEscape for an invalid recorded path; NotFound for a missing file; Corrupt
-/// for a range beyond the file, bytes failing the store view's checksum, or a
+/// NotFound for a missing file; Corrupt for a recorded path leaving the root, a range beyond the file, bytes failing the store view's checksum, or a
 /// length other than recorded; External for other store failures.
 pub async fn read_external_content(
     store: &DatasetStore,

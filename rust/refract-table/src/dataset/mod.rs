@@ -267,7 +267,7 @@ impl Dataset {
     ///
     /// # Errors
     /// NotFound when the version's manifest is missing; Corrupt when it does not
-    /// decode or records another version; PathEscape for a path leaving the root;
+    /// decode, records another version or names a path leaving the root;
     /// NotSupported for unsupported reader flags; External on store failures.
     pub async fn checkout_version(&self, version: u64) -> Result<Dataset> {
         let manifest = self.load_manifest(version).await?;

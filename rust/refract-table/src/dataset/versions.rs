@@ -53,7 +53,7 @@ impl Dataset {
     /// [`Self::version_history`] to list past unreadable versions.
     ///
     /// # Errors
-    /// NotFound, Corrupt or PathEscape (naming the version and its file) for the
+    /// NotFound or Corrupt (naming the version and its file) for the
     /// first manifest that cannot be read; External on store failures.
     pub async fn versions(&self) -> Result<Vec<VersionInfo>> {
         let mut infos = Vec::new();

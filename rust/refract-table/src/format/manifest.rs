@@ -2,7 +2,7 @@
 //!
 //! Decoding treats the bytes as untrusted: truncated or garbage input, paths
 //! that leave the root, duplicate or out-of-range fragment ids and inconsistent
-//! row counts are errors (`Corrupt` / `PathEscape`), never panics.
+//! row counts are `Corrupt`, never panics.
 //!
 //! Stored form: [`MANIFEST_MAGIC`], the CRC-32C of the body (little-endian
 //! u32), then the protobuf body. A manifest written before checksums is a
@@ -182,8 +182,7 @@ impl Manifest {
     ///
     /// # Errors
     /// Corrupt for a damaged header or checksum, a body or schema that does not
-    /// decode, or a broken invariant; PathEscape for a file path leaving the
-    /// dataset root.
+    /// decode, a broken invariant, or a file path leaving the dataset root.
     pub fn decode(bytes: &[u8]) -> Result<Manifest> {
         let message = proto::Manifest::decode(manifest_body(bytes)?)
             .map_err(|err| Error::corrupt("manifest", format!("protobuf decode failed: {err}")))?;
@@ -354,8 +353,8 @@ pub fn manifest_label(version: u64) -> String {
 
 /// An error raised while loading the manifest of `version`, made to name it
 /// (see [`manifest_label`]): Corrupt, NotFound and NotSupported carry the
-/// label; PathEscape names the manifest holding the path; an InvalidInput
-/// can only come from the stored bytes here, so it becomes Corrupt. I/O
+/// label; a PathEscape or an InvalidInput can only come from the stored
+/// bytes here, so each becomes Corrupt. I/O
 /// failures (External) and other kinds pass through unchanged.
 pub(crate) fn manifest_error(version: u64, err: Error) -> Error {
     let label = manifest_label(version);
@@ -365,9 +364,9 @@ pub(crate) fn manifest_error(version: u64, err: Error) -> Error {
         Error::InvalidInput { message } => Error::corrupt(label, message),
         Error::NotFound { .. } => Error::not_found(format!("{label} does not exist")),
         Error::NotSupported { message } => Error::not_supported(format!("{label}: {message}")),
-        Error::PathEscape { path } => Error::PathEscape {
-            path: format!("{path} (named by the {label})"),
-        },
+        Error::PathEscape { path } => {
+            Error::corrupt(label, format!("file path {path:?} leaves the dataset root"))
+        }
         other => other,
     }
 }

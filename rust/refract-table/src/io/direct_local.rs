@@ -6,13 +6,13 @@
 //! machines whose free guest memory is handed back to the host, every fresh
 //! page-cache page costs a host fault. On the reference machine a 256 MiB
 //! buffered write took 1.5–2.3 s and the same write with `O_DIRECT` 0.13 s
-//! (docs/benchmarks.md, Compaction). Listings and deletes never follow a
-//! symbolic link (see `no_follow`: garbage collection must not leave the
-//! root). Everything else — reads, small puts, copies, renames — is delegated
-//! unchanged to `object_store`'s [`LocalFileSystem`], and uploads keep its
-//! conventions: parts go to a staging
-//! file `<dest>#<n>` (hidden from listings) that is renamed into place on
-//! completion, so the object appears whole or not at all.
+//! (docs/benchmarks.md, Compaction). Recursive listings and deletes never
+//! follow a symbolic link (see `no_follow`: garbage collection must not leave
+//! the root). Everything else — reads, one-level listings, small puts, copies,
+//! renames — is delegated unchanged to `object_store`'s [`LocalFileSystem`],
+//! and uploads keep its conventions: parts go to a staging file `<dest>#<n>`
+//! (hidden from listings) that is renamed into place on completion, so the
+//! object appears whole or not at all.
 //!
 //! Direct I/O needs block-aligned offsets, lengths and memory. Each part is
 //! copied through a reused, aligned buffer from a small shared pool; a part
@@ -39,13 +39,13 @@ use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryFutureExt};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-
-use super::no_follow;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
     UploadPart,
 };
+
+use super::no_follow;
 
 /// Storage option of a local dataset: `false` (or `0`) turns direct writes off.
 pub const DIRECT_WRITES_OPTION: &str = "refract_direct_writes";
@@ -86,7 +86,8 @@ fn with_bounce<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
 }
 
 /// `object_store`'s local file system with page-cache-bypassing multipart
-/// uploads, and listings and deletes that never follow a symbolic link.
+/// uploads, and recursive listings and deletes that never follow a symbolic
+/// link.
 ///
 /// Invariant: `root` is the directory `inner` is rooted at, so every key maps
 /// to a path below it.
@@ -158,16 +159,6 @@ fn generic_error(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ob
         store: STORE_NAME,
         source: err.into(),
     }
-}
-
-/// True for a store error that wraps a missing file.
-fn is_not_found(err: &object_store::Error) -> bool {
-    let object_store::Error::Generic { source, .. } = err else {
-        return false;
-    };
-    source
-        .downcast_ref::<io::Error>()
-        .is_some_and(|io| io.kind() == io::ErrorKind::NotFound)
 }
 
 /// Runs blocking file work off the async workers when a runtime is present.
@@ -245,14 +236,18 @@ impl ObjectStore for DirectLocalStore {
                 async move {
                     let location = location?;
                     let target = inner.path_to_filesystem(&location)?;
-                    let removed = run_blocking(move || no_follow::delete(&root, &target)).await;
+                    // The delete's own result, so a missing file stays NotFound.
+                    let removed =
+                        run_blocking(move || Ok(no_follow::delete(&root, &target))).await?;
                     match removed {
                         Ok(()) => Ok(location),
-                        Err(err) if is_not_found(&err) => Err(object_store::Error::NotFound {
-                            path: location.to_string(),
-                            source: Box::new(err),
-                        }),
-                        Err(err) => Err(err),
+                        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                            Err(object_store::Error::NotFound {
+                                path: location.to_string(),
+                                source: Box::new(err),
+                            })
+                        }
+                        Err(err) => Err(generic_error(err)),
                     }
                 }
             })

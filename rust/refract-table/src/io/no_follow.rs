@@ -199,19 +199,27 @@ mod tests {
         names
     }
 
-    #[test]
-    fn a_listing_reports_links_as_objects_and_never_descends_through_them() {
+    /// `root/data/evil` links to the directory `outside`, and
+    /// `root/data/file-link` to `outside/precious.txt`.
+    fn linked_root() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         let outside = dir.path().join("outside");
-        std::fs::create_dir_all(root.join("data/sub")).unwrap();
+        std::fs::create_dir_all(root.join("data")).unwrap();
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("precious.txt"), b"keep").unwrap();
+        symlink(&outside, root.join("data/evil")).unwrap();
+        symlink(outside.join("precious.txt"), root.join("data/file-link")).unwrap();
+        (dir, root, outside)
+    }
+
+    #[test]
+    fn a_listing_reports_links_as_objects_and_never_descends_through_them() {
+        let (_dir, root, outside) = linked_root();
+        std::fs::create_dir_all(root.join("data/sub")).unwrap();
         std::fs::write(root.join("data/a.lance"), b"a").unwrap();
         std::fs::write(root.join("data/sub/b.lance"), b"bb").unwrap();
         std::fs::write(root.join("data/c.lance#3"), b"staging").unwrap();
-        symlink(&outside, root.join("data/evil")).unwrap();
-        symlink(outside.join("precious.txt"), root.join("data/file-link")).unwrap();
         let listed = list(&root, &root.join("data")).unwrap();
         assert_eq!(
             names(&listed),
@@ -239,14 +247,7 @@ mod tests {
 
     #[test]
     fn a_delete_removes_a_link_never_its_target_and_never_passes_through_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        let outside = dir.path().join("outside");
-        std::fs::create_dir_all(root.join("data")).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
-        std::fs::write(outside.join("precious.txt"), b"keep").unwrap();
-        symlink(&outside, root.join("data/evil")).unwrap();
-        symlink(outside.join("precious.txt"), root.join("data/file-link")).unwrap();
+        let (_dir, root, outside) = linked_root();
 
         let err = delete(&root, &root.join("data/evil/precious.txt")).unwrap_err();
         assert!(err.to_string().contains("data/evil"), "{err}");
