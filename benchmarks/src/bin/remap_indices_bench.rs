@@ -697,6 +697,7 @@ async fn build_btree(
         index_version: btree.index_version(),
         dataset_version: 1,
         files: Vec::new(),
+        lance: Default::default(),
     })
 }
 

@@ -54,7 +54,7 @@ fn table_uri(dir: &Path) -> String {
 }
 
 fn manifest_name(version: u64) -> String {
-    format!("_versions/{version:020}.manifest")
+    format!("_versions/{:020}.manifest", u64::MAX - version)
 }
 
 /// How a file is damaged.

@@ -332,6 +332,7 @@ pub async fn build_segment(
         index_version,
         dataset_version: dataset.version(),
         files: journal.take_under(&dir),
+        lance: Default::default(),
     })
 }
 

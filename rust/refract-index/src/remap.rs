@@ -147,6 +147,7 @@ pub async fn remap_segment(
         index_version: registered.index_version(),
         dataset_version: options.dataset_version,
         files: journal.take_under(&new_dir),
+        lance: Default::default(),
     }))
 }
 

@@ -120,6 +120,7 @@ mod tests {
             index_version: 1,
             dataset_version: version,
             files: Vec::new(),
+            lance: Default::default(),
         }
     }
 

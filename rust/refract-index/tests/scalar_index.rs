@@ -334,6 +334,7 @@ fn system_entry() -> IndexMetadata {
         index_version: 1,
         dataset_version: 1,
         files: Vec::new(),
+        lance: Default::default(),
     }
 }
 

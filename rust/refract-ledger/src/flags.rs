@@ -8,17 +8,32 @@
 
 use refract_core::{Error, Result};
 
+// The bits are Lance 14.0.2's (`lance_table::feature_flags`; refract-table
+// tests that they agree).
+
 /// Deletion files are present (fragments may carry `_deletions/…`).
 pub const FLAG_DELETION_FILES: u64 = 1 << 0;
+/// Lance's deprecated "v2 format" writer bit: carries no meaning any more.
+pub const FLAG_USE_V2_FORMAT_DEPRECATED: u64 = 1 << 2;
+/// The manifest has table config entries (writer flag).
+pub const FLAG_TABLE_CONFIG: u64 = 1 << 3;
+/// Data files may be in different Lance file versions; each file's own
+/// version is authoritative.
+pub const FLAG_MIXED_DATA_FILE_VERSIONS: u64 = 1 << 8;
 /// The table carries (or once carried) a version-1 FRI history. Set in both the
 /// reader and the writer set, never in only one.
-pub const FLAG_FRAGMENT_REUSE_INDEX: u64 = 1 << 1;
-/// The first bit this build does not understand. Every bit at or above it is
-/// unknown; tests use it (or any higher bit) as a genuinely unsupported flag.
-pub const FLAG_UNKNOWN: u64 = 1 << 2;
+pub const FLAG_FRAGMENT_REUSE_INDEX: u64 = 1 << 10;
+/// The first bit Lance 14.0.2 does not define. Every bit at or above it is
+/// unknown to every client; tests use it as a genuinely unsupported flag.
+pub const FLAG_UNKNOWN: u64 = 1 << 18;
 
-/// Every flag this build supports.
-pub const SUPPORTED_FLAGS: u64 = FLAG_UNKNOWN - 1;
+/// Every flag this build supports; every other bit Lance defines (stable row
+/// ids, base paths, overlays, fragment trees, ...) is refused.
+pub const SUPPORTED_FLAGS: u64 = FLAG_DELETION_FILES
+    | FLAG_USE_V2_FORMAT_DEPRECATED
+    | FLAG_TABLE_CONFIG
+    | FLAG_MIXED_DATA_FILE_VERSIONS
+    | FLAG_FRAGMENT_REUSE_INDEX;
 
 /// The feature bits a client supports, for reading and for writing.
 ///

@@ -49,7 +49,7 @@ async fn tasks_committed_last_first_keep_order() {
     assert_eq!(scan_ids(&after_all).await, expected);
     assert_eq!(fragment_sizes(&after_all), vec![20, 500, 20, 500, 20]);
     // Ids are fresh: never reused, above every earlier id.
-    let max_before = dataset.manifest().max_fragment_id;
+    let max_before = dataset.manifest().max_fragment_id.unwrap();
     let new_ids: Vec<u64> = after_all
         .fragments()
         .iter()

@@ -176,7 +176,7 @@ async fn all_deleted_run_is_recorded_without_destinations() {
     let mut fragment = before.fragments()[1].clone();
     let all: DeletionVector = DeletionVector::from_bitmap((0..100u32).collect());
     fragment.deletion_file = Some(
-        write_deletion_file(before.store(), fragment.id, &all)
+        write_deletion_file(before.store(), fragment.id, before.version(), &all)
             .await
             .unwrap(),
     );

@@ -232,6 +232,7 @@ async fn replace_btree(dataset: &Dataset, edit: impl Fn(&mut Vec<i64>, &mut Vec<
         index_version: BTreeIndexType.index_version(),
         dataset_version: dataset.version(),
         files: journal.take_under(&dir),
+        lance: Default::default(),
     };
     dataset
         .commit(Operation::CreateIndex {

@@ -262,6 +262,7 @@ async fn system_entries_pass_through_untouched() {
         index_version: 3,
         dataset_version: t.ds.version(),
         files: Vec::new(),
+        lance: Default::default(),
     };
     let blind = IndexMetadata {
         uuid: Uuid::new_v4(),

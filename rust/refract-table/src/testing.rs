@@ -623,3 +623,58 @@ pub fn azure_test_location(name: &str) -> Option<(String, crate::io::StorageOpti
     let uri = format!("az://{container}/{name}-{}", uuid::Uuid::new_v4());
     Some((uri, azure_test_options(&endpoint)))
 }
+
+/// Lance's protobuf messages, for tests that forge stored versions.
+pub use lance_table::format::pb;
+
+/// The messages of a stored manifest, opened for a test to damage and
+/// [`ManifestParts::seal`] again (with a valid Refract checksum, so what the
+/// test changed is what the reader meets).
+#[derive(Debug, Clone)]
+pub struct ManifestParts {
+    /// The manifest message.
+    pub manifest: pb::Manifest,
+    /// The index section.
+    pub indices: Vec<pb::IndexMetadata>,
+    /// The inline transaction.
+    pub transaction: Option<pb::Transaction>,
+    sidecar: crate::format::sidecar::Sidecar,
+}
+
+/// Opens stored manifest bytes (Refract's or another Lance writer's).
+pub fn open_manifest(bytes: &[u8]) -> Result<ManifestParts> {
+    let (sidecar, base) = crate::format::sidecar::open(bytes)?;
+    let sections = crate::format::framing::unframe(bytes, base)?;
+    Ok(ManifestParts {
+        manifest: sections.manifest,
+        indices: sections.indices,
+        transaction: sections.transaction,
+        sidecar: sidecar.unwrap_or_default(),
+    })
+}
+
+impl ManifestParts {
+    /// The stored bytes of these parts, with Refract's sidecar.
+    pub fn seal(&self) -> bytes::Bytes {
+        use prost::Message;
+        let sidecar = self.sidecar.encode_to_vec();
+        let lance = crate::format::framing::frame(
+            crate::format::sidecar::sidecar_prefix_len(sidecar.len()),
+            self.manifest.clone(),
+            self.indices.clone(),
+            self.transaction.as_ref(),
+        );
+        bytes::Bytes::from(crate::format::sidecar::seal(&sidecar, &lance))
+    }
+
+    /// The stored bytes of these parts as another Lance writer stores them:
+    /// no sidecar, so no checksums.
+    pub fn seal_without_sidecar(&self) -> bytes::Bytes {
+        bytes::Bytes::from(crate::format::framing::frame(
+            0,
+            self.manifest.clone(),
+            self.indices.clone(),
+            self.transaction.as_ref(),
+        ))
+    }
+}

@@ -1,14 +1,19 @@
 //! Transactions: what a commit changes, recorded in the manifest it produces so
 //! later commits that raced it can be rebased.
 
+use std::collections::HashMap;
+
+use lance_table::format::pb;
+use lance_table::format::pb::transaction as pt;
 use refract_core::checksum::FileChecksum;
 use refract_core::{Error, Result};
 use uuid::Uuid;
 
-use crate::format::fragment::checksum_to_proto;
 use crate::format::index::uuid_from_bytes;
-use crate::format::proto;
+use crate::format::schema::FieldPaths;
+use crate::format::sidecar::{Checksums, GroupSurvivors, PartitionRecord, Sidecar};
 use crate::format::{Fragment, IndexMetadata};
+use crate::io::paths::row_map_path;
 
 /// One commit attempt: an operation computed against `read_version`.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +79,13 @@ pub enum Operation {
         /// The version restored.
         version: u64,
     },
+    /// An operation another Lance writer committed that Refract does not
+    /// rebase over (`Overwrite`, `Merge`, `Update`, ...): a commit racing it
+    /// gets a retryable conflict.
+    Lance {
+        /// Lance's name of the operation.
+        name: String,
+    },
 }
 
 /// One compaction group.
@@ -97,32 +109,59 @@ impl Transaction {
         }
     }
 
-    pub(crate) fn to_proto(&self) -> proto::Transaction {
-        proto::Transaction {
-            uuid: self.uuid.as_bytes().to_vec(),
+    /// Lance's record of the transaction. What Lance cannot express
+    /// (surviving addresses, the stable-partition row map, checksums) goes
+    /// to `sidecar` and `checksums`.
+    ///
+    /// # Errors
+    /// InvalidInput for an operation only another Lance writer commits;
+    /// Corrupt when an index names a column the schema does not have.
+    pub(crate) fn to_pb(
+        &self,
+        fields: &FieldPaths,
+        checksums: &mut Checksums,
+        sidecar: &mut Sidecar,
+    ) -> Result<pb::Transaction> {
+        Ok(pb::Transaction {
             read_version: self.read_version,
-            operation: Some(self.operation.to_proto()),
-        }
+            uuid: self.uuid.hyphenated().to_string(),
+            operation: Some(self.operation.to_pb(fields, checksums, sidecar)?),
+            ..Default::default()
+        })
     }
 
-    pub(crate) fn from_proto(message: &proto::Transaction) -> Result<Transaction> {
-        let operation = message.operation.as_ref().ok_or_else(|| {
-            Error::corrupt(
-                "manifest",
-                "transaction has no operation (written by a newer client?)",
-            )
+    /// Decodes Lance's record of a transaction; `indices` are the segments of
+    /// the version it produced (where a rewrite's new segments are found).
+    ///
+    /// # Errors
+    /// Corrupt for malformed uuids, fragments or indices.
+    pub(crate) fn from_pb(
+        message: &pb::Transaction,
+        sidecar: Option<&Sidecar>,
+        fields: &FieldPaths,
+        checksums: &Checksums,
+        indices: &[IndexMetadata],
+    ) -> Result<Transaction> {
+        let uuid = Uuid::parse_str(&message.uuid).map_err(|_| {
+            Error::corrupt("manifest", format!("transaction uuid {:?} is not a uuid", message.uuid))
         })?;
+        let operation = match &message.operation {
+            None => Operation::Lance {
+                name: "Unknown".to_string(),
+            },
+            Some(operation) => Operation::from_pb(operation, sidecar, fields, checksums, indices)?,
+        };
         Ok(Transaction {
-            uuid: uuid_from_bytes(&message.uuid, "transaction uuid")?,
+            uuid,
             read_version: message.read_version,
-            operation: Operation::from_proto(operation)?,
+            operation,
         })
     }
 }
 
 impl Operation {
     /// Short name, for version listings.
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
             Operation::Append { .. } => "Append",
             Operation::Delete { .. } => "Delete",
@@ -130,130 +169,231 @@ impl Operation {
             Operation::CreateIndex { .. } => "CreateIndex",
             Operation::Restore { .. } => "Restore",
             Operation::Partition { .. } => "Partition",
+            Operation::Lance { name } => name,
         }
     }
 
-    fn to_proto(&self) -> proto::transaction::Operation {
-        use proto::transaction as pt;
-        match self {
-            Operation::Append { fragments } => pt::Operation::Append(pt::Append {
-                fragments: fragments.iter().map(Fragment::to_proto).collect(),
+    fn to_pb(
+        &self,
+        fields: &FieldPaths,
+        checksums: &mut Checksums,
+        sidecar: &mut Sidecar,
+    ) -> Result<pt::Operation> {
+        let fragments = |list: &[Fragment], checksums: &mut Checksums| -> Vec<pb::DataFragment> {
+            list.iter().map(|fragment| fragment.to_pb(checksums)).collect()
+        };
+        let indices = |list: &[IndexMetadata], checksums: &mut Checksums| -> Result<Vec<pb::IndexMetadata>> {
+            list.iter().map(|index| index.to_pb(fields, checksums)).collect()
+        };
+        Ok(match self {
+            Operation::Append { fragments: list } => pt::Operation::Append(pt::Append {
+                fragments: fragments(list, checksums),
             }),
             Operation::Delete {
                 updated_fragments,
                 removed_fragment_ids,
                 predicate,
             } => pt::Operation::Delete(pt::Delete {
-                updated_fragments: updated_fragments.iter().map(Fragment::to_proto).collect(),
-                removed_fragment_ids: removed_fragment_ids.clone(),
+                updated_fragments: fragments(updated_fragments, checksums),
+                deleted_fragment_ids: removed_fragment_ids.clone(),
                 predicate: predicate.clone(),
             }),
             Operation::Rewrite {
                 groups,
                 new_indices,
                 removed_index_uuids,
-            } => pt::Operation::Rewrite(pt::Rewrite {
-                groups: groups
-                    .iter()
-                    .map(|group| pt::RewriteGroup {
-                        old_fragment_ids: group.old_fragment_ids.clone(),
-                        new_fragments: group.new_fragments.iter().map(Fragment::to_proto).collect(),
-                        surviving_old_addresses: group.surviving_old_addresses.clone(),
-                    })
-                    .collect(),
-                new_indices: new_indices.iter().map(IndexMetadata::to_proto).collect(),
-                removed_index_uuids: uuids_to_proto(removed_index_uuids),
-            }),
+            } => {
+                for (at, group) in groups.iter().enumerate() {
+                    if let Some(addresses) = &group.surviving_old_addresses {
+                        sidecar.survivors.push(GroupSurvivors {
+                            // Groups are bounded by fragments (u32 ids).
+                            group: u32::try_from(at).unwrap_or(u32::MAX),
+                            addresses: addresses.clone(),
+                        });
+                    }
+                }
+                sidecar.new_index_uuids = uuids_to_bytes(new_indices.iter().map(|index| index.uuid));
+                sidecar.removed_index_uuids = uuids_to_bytes(removed_index_uuids.iter().copied());
+                let rewritten_indices = if new_indices.len() == removed_index_uuids.len() {
+                    removed_index_uuids
+                        .iter()
+                        .zip(new_indices)
+                        .map(|(old, new)| {
+                            let new_pb = new.to_pb(fields, checksums)?;
+                            Ok(pt::rewrite::RewrittenIndex {
+                                old_id: Some(pb_uuid(*old)),
+                                new_id: new_pb.uuid.clone(),
+                                new_index_details: new_pb.index_details,
+                                new_index_version: u32::try_from(new_pb.index_version.unwrap_or(0)).unwrap_or(0),
+                                new_index_files: new_pb.files,
+                            })
+                        })
+                        .collect::<Result<Vec<_>>>()?
+                } else {
+                    Vec::new()
+                };
+                pt::Operation::Rewrite(pt::Rewrite {
+                    groups: groups
+                        .iter()
+                        .map(|group| pt::rewrite::RewriteGroup {
+                            old_fragments: id_only_fragments(&group.old_fragment_ids),
+                            new_fragments: fragments(&group.new_fragments, checksums),
+                        })
+                        .collect(),
+                    rewritten_indices,
+                    ..Default::default()
+                })
+            }
             Operation::CreateIndex {
                 new_indices,
                 removed_index_uuids,
             } => pt::Operation::CreateIndex(pt::CreateIndex {
-                new_indices: new_indices.iter().map(IndexMetadata::to_proto).collect(),
-                removed_index_uuids: uuids_to_proto(removed_index_uuids),
+                new_indices: indices(new_indices, checksums)?,
+                removed_indices: removed_index_uuids
+                    .iter()
+                    .map(|uuid| pb::IndexMetadata {
+                        uuid: Some(pb_uuid(*uuid)),
+                        ..Default::default()
+                    })
+                    .collect(),
             }),
-            Operation::Restore { version } => {
-                pt::Operation::Restore(pt::Restore { version: *version })
-            }
+            Operation::Restore { version } => pt::Operation::Restore(pt::Restore { version: *version }),
             Operation::Partition {
                 source_fragment_ids,
                 destinations,
                 map_id,
                 map_size_bytes,
                 map_checksum,
-            } => pt::Operation::Partition(pt::Partition {
-                source_fragment_ids: source_fragment_ids.clone(),
-                destinations: destinations.iter().map(Fragment::to_proto).collect(),
-                map_id: map_id.map_or_else(Vec::new, |id| id.as_bytes().to_vec()),
-                map_size_bytes: *map_size_bytes,
-                map_checksum: map_checksum.as_ref().map(checksum_to_proto),
-            }),
-        }
+            } => {
+                if let Some(id) = map_id {
+                    checksums.record(&row_map_path(id), map_checksum.as_ref());
+                }
+                sidecar.partition = Some(PartitionRecord {
+                    map_id: map_id.map_or_else(Vec::new, |id| id.as_bytes().to_vec()),
+                    map_size_bytes: *map_size_bytes,
+                });
+                pt::Operation::Rewrite(pt::Rewrite {
+                    groups: vec![pt::rewrite::RewriteGroup {
+                        old_fragments: id_only_fragments(source_fragment_ids),
+                        new_fragments: fragments(destinations, checksums),
+                    }],
+                    ..Default::default()
+                })
+            }
+            Operation::Lance { name } => {
+                return Err(Error::invalid_input(format!(
+                    "Refract does not commit Lance's {name} operation"
+                )))
+            }
+        })
     }
 
-    fn from_proto(message: &proto::transaction::Operation) -> Result<Operation> {
-        use proto::transaction as pt;
+    fn from_pb(
+        message: &pt::Operation,
+        sidecar: Option<&Sidecar>,
+        fields: &FieldPaths,
+        checksums: &Checksums,
+        indices: &[IndexMetadata],
+    ) -> Result<Operation> {
+        let fragments = |list: &[pb::DataFragment]| -> Result<Vec<Fragment>> {
+            list.iter().map(|fragment| Fragment::from_pb(fragment, checksums)).collect()
+        };
         Ok(match message {
             pt::Operation::Append(append) => Operation::Append {
-                fragments: fragments_from_proto(&append.fragments)?,
+                fragments: fragments(&append.fragments)?,
             },
             pt::Operation::Delete(delete) => Operation::Delete {
-                updated_fragments: fragments_from_proto(&delete.updated_fragments)?,
-                removed_fragment_ids: delete.removed_fragment_ids.clone(),
+                updated_fragments: fragments(&delete.updated_fragments)?,
+                removed_fragment_ids: delete.deleted_fragment_ids.clone(),
                 predicate: delete.predicate.clone(),
             },
-            pt::Operation::Rewrite(rewrite) => Operation::Rewrite {
-                groups: rewrite
+            pt::Operation::Rewrite(rewrite) => {
+                let old_ids = |group: &pt::rewrite::RewriteGroup| -> Vec<u64> {
+                    group.old_fragments.iter().map(|fragment| fragment.id).collect()
+                };
+                if let Some(partition) = sidecar.and_then(|sidecar| sidecar.partition.as_ref()) {
+                    let [group] = rewrite.groups.as_slice() else {
+                        return Err(Error::corrupt(
+                            "manifest",
+                            format!("a stable partition records {} groups, not one", rewrite.groups.len()),
+                        ));
+                    };
+                    let map_id = if partition.map_id.is_empty() {
+                        None
+                    } else {
+                        Some(uuid_from_bytes(&partition.map_id, "partition map id")?)
+                    };
+                    let map_checksum = match &map_id {
+                        Some(id) => checksums.lookup(&row_map_path(id), Some(partition.map_size_bytes))?,
+                        None => None,
+                    };
+                    return Ok(Operation::Partition {
+                        source_fragment_ids: old_ids(group),
+                        destinations: fragments(&group.new_fragments)?,
+                        map_id,
+                        map_size_bytes: partition.map_size_bytes,
+                        map_checksum,
+                    });
+                }
+                let survivors: HashMap<u32, &Vec<u8>> = sidecar
+                    .map(|sidecar| sidecar.survivors.iter().map(|entry| (entry.group, &entry.addresses)).collect())
+                    .unwrap_or_default();
+                let groups = rewrite
                     .groups
                     .iter()
-                    .map(|group| {
+                    .enumerate()
+                    .map(|(at, group)| {
                         Ok(RewriteGroup {
-                            old_fragment_ids: group.old_fragment_ids.clone(),
-                            new_fragments: fragments_from_proto(&group.new_fragments)?,
-                            surviving_old_addresses: group.surviving_old_addresses.clone(),
+                            old_fragment_ids: old_ids(group),
+                            new_fragments: fragments(&group.new_fragments)?,
+                            surviving_old_addresses: u32::try_from(at)
+                                .ok()
+                                .and_then(|at| survivors.get(&at))
+                                .map(|bytes| (*bytes).clone()),
                         })
                     })
-                    .collect::<Result<Vec<_>>>()?,
-                new_indices: indices_from_proto(&rewrite.new_indices)?,
-                removed_index_uuids: uuids_from_proto(&rewrite.removed_index_uuids)?,
-            },
+                    .collect::<Result<Vec<_>>>()?;
+                let (new_uuids, removed_index_uuids) = match sidecar {
+                    Some(sidecar) => (
+                        uuids_from_bytes(&sidecar.new_index_uuids)?,
+                        uuids_from_bytes(&sidecar.removed_index_uuids)?,
+                    ),
+                    None => {
+                        let pairs = rewrite
+                            .rewritten_indices
+                            .iter()
+                            .map(|pair| Ok((pb_uuid_value(pair.new_id.as_ref())?, pb_uuid_value(pair.old_id.as_ref())?)))
+                            .collect::<Result<Vec<_>>>()?;
+                        pairs.into_iter().unzip()
+                    }
+                };
+                let new_indices = new_uuids
+                    .iter()
+                    .filter_map(|uuid| indices.iter().find(|index| index.uuid == *uuid).cloned())
+                    .collect();
+                Operation::Rewrite {
+                    groups,
+                    new_indices,
+                    removed_index_uuids,
+                }
+            }
             pt::Operation::CreateIndex(create) => Operation::CreateIndex {
-                new_indices: indices_from_proto(&create.new_indices)?,
-                removed_index_uuids: uuids_from_proto(&create.removed_index_uuids)?,
+                new_indices: create
+                    .new_indices
+                    .iter()
+                    .map(|index| IndexMetadata::from_pb(index, fields, checksums))
+                    .collect::<Result<Vec<_>>>()?,
+                removed_index_uuids: create
+                    .removed_indices
+                    .iter()
+                    .map(|index| pb_uuid_value(index.uuid.as_ref()))
+                    .collect::<Result<Vec<_>>>()?,
             },
             pt::Operation::Restore(restore) => Operation::Restore {
                 version: restore.version,
             },
-            pt::Operation::Partition(partition) => Operation::Partition {
-                source_fragment_ids: partition.source_fragment_ids.clone(),
-                destinations: fragments_from_proto(&partition.destinations)?,
-                map_id: if partition.map_id.is_empty() {
-                    None
-                } else {
-                    Some(uuid_from_bytes(&partition.map_id, "partition map id")?)
-                },
-                map_size_bytes: partition.map_size_bytes,
-                map_checksum: partition
-                    .map_checksum
-                    .as_ref()
-                    .map(|stored| {
-                        let checksum = FileChecksum::from_le_bytes(stored.block_bytes, &stored.crc32c)
-                            .map_err(|e| {
-                                Error::corrupt("manifest", format!("row-map checksum of a partition: {e}"))
-                            })?;
-                        if checksum.check_size("row map", partition.map_size_bytes).is_err() {
-                            return Err(Error::corrupt(
-                                "manifest",
-                                format!(
-                                    "the row-map checksum of a partition covers {} blocks of {} bytes, not {} bytes",
-                                    checksum.blocks().len(),
-                                    checksum.block_bytes(),
-                                    partition.map_size_bytes
-                                ),
-                            ));
-                        }
-                        Ok(checksum)
-                    })
-                    .transpose()?,
+            other => Operation::Lance {
+                name: lance_operation_name(other).to_string(),
             },
         })
     }
@@ -263,7 +403,8 @@ impl Operation {
         match self {
             Operation::Append { .. }
             | Operation::CreateIndex { .. }
-            | Operation::Restore { .. } => Vec::new(),
+            | Operation::Restore { .. }
+            | Operation::Lance { .. } => Vec::new(),
             Operation::Delete {
                 updated_fragments,
                 removed_fragment_ids,
@@ -285,21 +426,53 @@ impl Operation {
     }
 }
 
-fn fragments_from_proto(messages: &[proto::DataFragment]) -> Result<Vec<Fragment>> {
-    messages.iter().map(Fragment::from_proto).collect()
+/// Lance's name of an operation Refract does not model.
+fn lance_operation_name(operation: &pt::Operation) -> &'static str {
+    match operation {
+        pt::Operation::Append(_) => "Append",
+        pt::Operation::Delete(_) => "Delete",
+        pt::Operation::Overwrite(_) => "Overwrite",
+        pt::Operation::CreateIndex(_) => "CreateIndex",
+        pt::Operation::Rewrite(_) => "Rewrite",
+        pt::Operation::Merge(_) => "Merge",
+        pt::Operation::Restore(_) => "Restore",
+        pt::Operation::ReserveFragments(_) => "ReserveFragments",
+        pt::Operation::Update(_) => "Update",
+        pt::Operation::Project(_) => "Project",
+        pt::Operation::UpdateConfig(_) => "UpdateConfig",
+        pt::Operation::DataReplacement(_) => "DataReplacement",
+        pt::Operation::UpdateMemWalState(_) => "UpdateMemWalState",
+        pt::Operation::Clone(_) => "Clone",
+        pt::Operation::UpdateBases(_) => "UpdateBases",
+        pt::Operation::DataOverlay(_) => "DataOverlay",
+    }
 }
 
-fn indices_from_proto(messages: &[proto::IndexMetadata]) -> Result<Vec<IndexMetadata>> {
-    messages.iter().map(IndexMetadata::from_proto).collect()
-}
-
-fn uuids_to_proto(uuids: &[Uuid]) -> Vec<Vec<u8>> {
-    uuids.iter().map(|uuid| uuid.as_bytes().to_vec()).collect()
-}
-
-fn uuids_from_proto(bytes: &[Vec<u8>]) -> Result<Vec<Uuid>> {
-    bytes
-        .iter()
-        .map(|raw| uuid_from_bytes(raw, "removed index uuid"))
+/// Lance records replaced fragments in full; their ids are what a rebase
+/// (Lance's or Refract's) reads.
+fn id_only_fragments(ids: &[u64]) -> Vec<pb::DataFragment> {
+    ids.iter()
+        .map(|id| pb::DataFragment {
+            id: *id,
+            ..Default::default()
+        })
         .collect()
+}
+
+fn pb_uuid(uuid: Uuid) -> pb::Uuid {
+    pb::Uuid {
+        uuid: uuid.as_bytes().to_vec(),
+    }
+}
+
+fn pb_uuid_value(uuid: Option<&pb::Uuid>) -> Result<Uuid> {
+    uuid_from_bytes(uuid.map_or(&[][..], |uuid| uuid.uuid.as_slice()), "index uuid")
+}
+
+fn uuids_to_bytes(uuids: impl Iterator<Item = Uuid>) -> Vec<Vec<u8>> {
+    uuids.map(|uuid| uuid.as_bytes().to_vec()).collect()
+}
+
+fn uuids_from_bytes(bytes: &[Vec<u8>]) -> Result<Vec<Uuid>> {
+    bytes.iter().map(|raw| uuid_from_bytes(raw, "index uuid")).collect()
 }

@@ -19,13 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use prost::Message;
 use refract_core::Error;
 use refract_table::cleanup::cleanup_orphans;
-use refract_table::format::manifest::manifest_body;
-use refract_table::format::proto;
 use refract_table::io::{manifest_path, DatasetStore, RelativePath, StorageOptions};
-use refract_table::testing::{s3_test_location, sample_rows, sample_schema, snapshot};
+use refract_table::testing::{open_manifest, pb, s3_test_location, sample_rows, sample_schema, snapshot};
 use refract_table::{
     cleanup_old_versions, verify_dataset, Dataset, OpenOptions, RetentionPolicy, VerifyOptions,
     WriteOptions,
@@ -398,7 +395,7 @@ async fn a_symlinked_dataset_root_keeps_working() {
 #[derive(Debug, Clone, Copy)]
 enum Record {
     DataFile,
-    DeletionFile,
+    TransactionFile,
     Transaction,
     IndexFile,
 }
@@ -413,22 +410,15 @@ async fn forge_version(
     path: &str,
 ) {
     let store = dataset.store();
-    let mut message = proto::Manifest::decode(manifest_body(original).unwrap()).unwrap();
+    let mut parts = open_manifest(original).unwrap();
+    let message = &mut parts.manifest;
     let fragment = message.fragments.last_mut().unwrap();
     match record {
         Record::DataFile => fragment.files[0].path = path.to_string(),
-        Record::DeletionFile => {
-            let deletion = message
-                .fragments
-                .iter_mut()
-                .find_map(|f| f.deletion_file.as_mut())
-                .expect("a version with a deletion file");
-            deletion.path = path.to_string();
-        }
+        Record::TransactionFile => message.transaction_file = path.to_string(),
         Record::Transaction => {
-            let transaction = message.transaction.as_mut().unwrap();
-            let Some(proto::transaction::Operation::Append(append)) =
-                transaction.operation.as_mut()
+            let transaction = parts.transaction.as_mut().unwrap();
+            let Some(pb::transaction::Operation::Append(append)) = transaction.operation.as_mut()
             else {
                 panic!("version {version} is not an append");
             };
@@ -436,30 +426,26 @@ async fn forge_version(
         }
         Record::IndexFile => {
             let file = &fragment.files[0];
-            message.indices.push(proto::IndexMetadata {
-                uuid: uuid::Uuid::new_v4().as_bytes().to_vec(),
+            parts.indices.push(pb::IndexMetadata {
+                uuid: Some(pb::Uuid {
+                    uuid: uuid::Uuid::new_v4().as_bytes().to_vec(),
+                }),
                 name: "forged".to_string(),
-                fields: vec!["id".to_string()],
-                fragment_bitmap: None,
-                index_type: "btree".to_string(),
-                details: Vec::new(),
-                index_version: 0,
+                fields: vec![0],
+                index_details: Some(prost_types::Any {
+                    type_url: "/refract.index.btree".to_string(),
+                    value: Vec::new(),
+                }),
                 dataset_version: version,
-                files: vec![proto::StoredFile {
+                files: vec![pb::IndexFile {
                     path: path.to_string(),
-                    size_bytes: file.size_bytes,
-                    checksum: file.checksum.clone(),
+                    size_bytes: file.file_size_bytes,
                 }],
+                ..Default::default()
             });
         }
     }
-    store
-        .put(
-            &manifest_path(version),
-            Bytes::from(message.encode_to_vec()),
-        )
-        .await
-        .unwrap();
+    store.put(&manifest_path(version), parts.seal()).await.unwrap();
 }
 
 /// The forged paths: relative escapes, an absolute path, another bucket,
@@ -480,7 +466,7 @@ async fn forged_paths_in_an_expired_version_are_corrupt_and_nothing_is_deleted(
     #[values(Backend::Local, Backend::S3)] backend: Backend,
     #[values(
         Record::DataFile,
-        Record::DeletionFile,
+        Record::TransactionFile,
         Record::Transaction,
         Record::IndexFile
     )]
@@ -496,11 +482,8 @@ async fn forged_paths_in_an_expired_version_are_corrupt_and_nothing_is_deleted(
         Backend::Local => rig.local_outside().join("precious.txt"),
         Backend::S3 => PathBuf::from("/precious.txt"),
     };
-    // Version 2 appended (data files), version 3 deleted (a deletion file).
-    let version = match record {
-        Record::DeletionFile => 3,
-        _ => 2,
-    };
+    // Version 2 appended (data files and a transaction file).
+    let version = 2;
     let original = dataset.store().get(&manifest_path(version)).await.unwrap();
     for forged in FORGED {
         let forged = forged.replace("{outside}", outside_file.to_str().unwrap());

@@ -58,6 +58,7 @@ async fn operation(kind: Kind, dataset: &Dataset) -> Operation {
                 index_version: 1,
                 dataset_version: dataset.version(),
                 files: Vec::new(),
+                lance: Default::default(),
             }],
             removed_index_uuids: vec![],
         },

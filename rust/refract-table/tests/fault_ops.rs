@@ -123,6 +123,7 @@ fn create_index_entry() -> OperationFn {
                 index_version: 1,
                 dataset_version: dataset.version(),
                 files: Vec::new(),
+                lance: Default::default(),
             };
             dataset
                 .commit(Operation::CreateIndex {

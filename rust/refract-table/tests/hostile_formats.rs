@@ -12,12 +12,9 @@ use std::cell::Cell;
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use prost::Message;
 use refract_core::Error;
-use refract_table::format::manifest::manifest_body;
-use refract_table::format::proto;
 use refract_table::io::{manifest_path, RelativePath};
-use refract_table::testing::{sample_rows, snapshot, FaultRig};
+use refract_table::testing::{open_manifest, pb, sample_rows, snapshot, FaultRig};
 use refract_table::{Dataset, Manifest, WriteOptions};
 use rstest::rstest;
 
@@ -213,18 +210,13 @@ async fn stored_dataset() -> (FaultRig, Dataset) {
 async fn publish_damaged(
     rig: &FaultRig,
     dataset: &Dataset,
-    damage: impl FnOnce(&mut proto::Manifest),
+    damage: impl FnOnce(&mut pb::Manifest),
 ) {
-    let mut message =
-        proto::Manifest::decode(manifest_body(&dataset.manifest().encode().unwrap()).unwrap())
-            .unwrap();
-    message.version += 1;
-    damage(&mut message);
+    let mut parts = open_manifest(&dataset.manifest().encode().unwrap()).unwrap();
+    parts.manifest.version += 1;
+    damage(&mut parts.manifest);
     rig.clean_store()
-        .put(
-            &manifest_path(message.version),
-            Bytes::from(message.encode_to_vec()),
-        )
+        .put(&manifest_path(parts.manifest.version), parts.seal())
         .await
         .unwrap();
 }
@@ -235,24 +227,27 @@ async fn open_and_scan(rig: &FaultRig) -> Result<usize, Error> {
     Ok(snapshot(&dataset).await?.num_rows())
 }
 
-fn fragment(message: &mut proto::Manifest, index: usize) -> &mut proto::DataFragment {
+fn fragment(message: &mut pb::Manifest, index: usize) -> &mut pb::DataFragment {
     &mut message.fragments[index]
 }
 
 #[rstest]
-#[case::physical_rows_beyond_the_file(|m: &mut proto::Manifest| { let f = fragment(m, 1); f.physical_rows = 1 << 32; f.files[0].num_rows = 1 << 32; })]
-#[case::physical_rows_above_the_limit(|m: &mut proto::Manifest| { let f = fragment(m, 1); f.physical_rows = u64::MAX; f.files[0].num_rows = u64::MAX; })]
-#[case::file_rows_disagree(|m: &mut proto::Manifest| fragment(m, 1).files[0].num_rows = 11)]
-#[case::file_size_beyond_the_file(|m: &mut proto::Manifest| fragment(m, 1).files[0].size_bytes = 1 << 40)]
-#[case::file_size_below_the_file(|m: &mut proto::Manifest| fragment(m, 1).files[0].size_bytes = 3)]
-#[case::deleted_count_above_physical(|m: &mut proto::Manifest| fragment(m, 0).deletion_file.as_mut().unwrap().num_deleted_rows = 1 << 40)]
-#[case::deleted_count_disagrees(|m: &mut proto::Manifest| fragment(m, 0).deletion_file.as_mut().unwrap().num_deleted_rows = 2)]
-#[case::deletion_path_escapes(|m: &mut proto::Manifest| fragment(m, 0).deletion_file.as_mut().unwrap().path = "../outside.bin".into())]
-#[case::data_path_escapes(|m: &mut proto::Manifest| fragment(m, 2).files[0].path = "/etc/passwd".into())]
-#[case::data_path_is_a_url(|m: &mut proto::Manifest| fragment(m, 2).files[0].path = "s3://bucket/data.lance".into())]
-#[case::missing_data_file(|m: &mut proto::Manifest| fragment(m, 2).files[0].path = "data/missing.lance".into())]
+#[case::physical_rows_beyond_the_file(|m: &mut pb::Manifest| fragment(m, 1).physical_rows = 1 << 32)]
+#[case::physical_rows_above_the_limit(|m: &mut pb::Manifest| fragment(m, 1).physical_rows = u64::MAX)]
+#[case::physical_rows_below_the_file(|m: &mut pb::Manifest| fragment(m, 1).physical_rows = 3)]
+#[case::file_size_beyond_the_file(|m: &mut pb::Manifest| fragment(m, 1).files[0].file_size_bytes = 1 << 40)]
+#[case::file_size_below_the_file(|m: &mut pb::Manifest| fragment(m, 1).files[0].file_size_bytes = 3)]
+#[case::file_field_unknown(|m: &mut pb::Manifest| fragment(m, 1).files[0].fields[0] = 99)]
+#[case::file_version_unknown(|m: &mut pb::Manifest| fragment(m, 1).files[0].file_major_version = 9)]
+#[case::deleted_count_above_physical(|m: &mut pb::Manifest| fragment(m, 0).deletion_file.as_mut().unwrap().num_deleted_rows = 1 << 40)]
+#[case::deleted_count_disagrees(|m: &mut pb::Manifest| fragment(m, 0).deletion_file.as_mut().unwrap().num_deleted_rows = 2)]
+#[case::deletion_type_unknown(|m: &mut pb::Manifest| fragment(m, 0).deletion_file.as_mut().unwrap().file_type = 7)]
+#[case::data_path_escapes(|m: &mut pb::Manifest| fragment(m, 2).files[0].path = "../../etc/passwd".into())]
+#[case::data_path_is_absolute(|m: &mut pb::Manifest| fragment(m, 2).files[0].path = "/etc/passwd".into())]
+#[case::data_path_is_a_url(|m: &mut pb::Manifest| fragment(m, 2).files[0].path = "s3://bucket/data.lance".into())]
+#[case::missing_data_file(|m: &mut pb::Manifest| fragment(m, 2).files[0].path = "missing.lance".into())]
 #[test]
-fn hostile_sizes_and_paths_are_errors_not_allocations(#[case] damage: fn(&mut proto::Manifest)) {
+fn hostile_sizes_and_paths_are_errors_not_allocations(#[case] damage: fn(&mut pb::Manifest)) {
     let runtime = runtime();
     let (rig, dataset) = runtime.block_on(stored_dataset());
     runtime.block_on(publish_damaged(&rig, &dataset, damage));

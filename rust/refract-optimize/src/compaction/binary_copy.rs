@@ -20,6 +20,7 @@ use refract_core::{Error, Result};
 use refract_table::dataset::Dataset;
 use refract_table::format::Fragment;
 use refract_table::io::paths::{data_file_path, RelativePath};
+use refract_table::io::lance_files::DATA_FILE_VERSION;
 use refract_table::io::{concat_lance_files, ConcatInput, ConcatOutcome};
 use roaring::RoaringTreemap;
 use uuid::Uuid;
@@ -54,15 +55,14 @@ pub(super) async fn try_copy_task(
     for group in groups {
         let inputs = concat_inputs(group);
         let path = data_file_path(&format!("{}.lance", Uuid::new_v4()))?;
-        let outcome =
-            concat_lance_files(dataset.store(), &inputs, dataset.schema().as_ref(), &path).await;
+        let schema = dataset.manifest().lance.schema.to_lance()?;
+        let outcome = concat_lance_files(dataset.store(), &inputs, &schema, &path).await;
         match outcome {
-            Ok(ConcatOutcome::Written(summary)) => new_files.push(WrittenFile {
-                path: path.to_string(),
-                size_bytes: summary.size_bytes,
-                num_rows: summary.num_rows,
-                checksum: Some(summary.checksum),
-            }),
+            Ok(ConcatOutcome::Written(summary)) => new_files.push(WrittenFile::copied(
+                &path,
+                &summary,
+                &group[0].files[0].layout,
+            )),
             Ok(ConcatOutcome::Unsupported(reason)) => {
                 tracing::debug!(%reason, "compaction re-encodes: pages cannot be copied");
                 delete_written(dataset, &new_files).await?;
@@ -85,8 +85,15 @@ pub(super) async fn try_copy_task(
 /// whole (one data file, no deleted rows) and every output is a whole number
 /// (at least two) of sources.
 fn copy_groups<'a>(sources: &'a [Fragment], output_rows: &[u64]) -> Option<Vec<&'a [Fragment]>> {
+    // Pages are copied as they are: every source must be in the version
+    // Refract writes and store the same fields in the same columns.
+    let layout = &sources.first()?.files.first()?.layout;
     let copyable = |f: &Fragment| {
-        f.files.len() == 1 && f.deletion_file.is_none() && f.files[0].num_rows == f.physical_rows
+        f.files.len() == 1
+            && f.deletion_file.is_none()
+            && f.files[0].num_rows == f.physical_rows
+            && f.files[0].layout == *layout
+            && layout.file_version == DATA_FILE_VERSION
     };
     if !sources.iter().all(copyable) {
         return None;
@@ -165,6 +172,7 @@ mod tests {
                 size_bytes: 1_000,
                 num_rows: rows,
                 checksum: None,
+                layout: Default::default(),
             }],
             physical_rows: rows,
             deletion_file: None,
@@ -203,7 +211,10 @@ mod tests {
     fn deletions_or_column_groups_force_re_encoding() {
         let mut deleted = vec![fragment(1, 100), fragment(2, 100)];
         deleted[1].deletion_file = Some(refract_table::io::DeletionFileRef {
-            path: RelativePath::parse("_deletions/2.bin").unwrap(),
+            path: RelativePath::parse("_deletions/2-1-7.bin").unwrap(),
+            kind: refract_table::format::DeletionFileKind::Bitmap,
+            read_version: 1,
+            id: 7,
             num_deleted_rows: 0,
             checksum: None,
         });

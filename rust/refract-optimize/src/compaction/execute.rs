@@ -19,8 +19,9 @@ use futures::StreamExt;
 use refract_core::checksum::FileChecksum;
 use refract_core::{Error, Result};
 use refract_table::dataset::{Dataset, ROW_ADDRESS_COLUMN};
-use refract_table::format::{DataFile, Fragment};
-use refract_table::io::lance_files::LanceFileWriter;
+use refract_table::format::{DataFile, FileLayout, Fragment};
+use refract_table::io::lance_files::{LanceFileWriter, DATA_FILE_VERSION};
+use refract_table::io::LanceFileSummary;
 use refract_table::io::paths::{data_file_path, RelativePath};
 use refract_table::io::PageLayout;
 use refract_table::task::AbortOnDrop;
@@ -46,6 +47,53 @@ pub struct WrittenFile {
     /// older releases).
     #[serde(default)]
     pub checksum: Option<FileChecksum>,
+    /// Field ids of the table schema the file stores.
+    pub fields: Vec<i32>,
+    /// The column of each field in the file.
+    pub column_indices: Vec<i32>,
+}
+
+impl WrittenFile {
+    /// A file this engine wrote at `path`.
+    pub(crate) fn written(path: &RelativePath, summary: &LanceFileSummary) -> WrittenFile {
+        Self::of(&DataFile::written(path.clone(), summary))
+    }
+
+    /// A file copied page by page from sources laid out as `layout`.
+    pub(crate) fn copied(path: &RelativePath, summary: &LanceFileSummary, layout: &FileLayout) -> WrittenFile {
+        let mut file = DataFile::written(path.clone(), summary);
+        file.layout = layout.clone();
+        Self::of(&file)
+    }
+
+    fn of(file: &DataFile) -> WrittenFile {
+        WrittenFile {
+            path: file.path.to_string(),
+            size_bytes: file.size_bytes,
+            num_rows: file.num_rows,
+            checksum: file.checksum.clone(),
+            fields: file.layout.fields.clone(),
+            column_indices: file.layout.column_indices.clone(),
+        }
+    }
+
+    /// The table's record of the file.
+    ///
+    /// # Errors
+    /// InvalidInput when the path is not a dataset-relative path.
+    pub fn to_data_file(&self) -> Result<DataFile> {
+        Ok(DataFile {
+            path: RelativePath::parse(&self.path)?,
+            size_bytes: self.size_bytes,
+            num_rows: self.num_rows,
+            checksum: self.checksum.clone(),
+            layout: FileLayout {
+                fields: self.fields.clone(),
+                column_indices: self.column_indices.clone(),
+                file_version: DATA_FILE_VERSION,
+            },
+        })
+    }
 }
 
 /// The serializable outcome of [`CompactionTask::execute`], committed by
@@ -86,12 +134,7 @@ impl RewriteResult {
             .map(|file| {
                 Ok(Fragment {
                     id: 0,
-                    files: vec![DataFile {
-                        path: RelativePath::parse(&file.path)?,
-                        size_bytes: file.size_bytes,
-                        num_rows: file.num_rows,
-                        checksum: file.checksum.clone(),
-                    }],
+                    files: vec![file.to_data_file()?],
                     physical_rows: file.num_rows,
                     deletion_file: None,
                 })
@@ -371,7 +414,7 @@ impl<'a> OutputSplitter<'a> {
         let mut offset = 0usize;
         while offset < batch.num_rows() {
             if self.current.is_none() {
-                self.open_next(batch).await?;
+                self.open_next().await?;
             }
             let Some((writer, _, left)) = self.current.as_mut() else {
                 return Err(Error::invalid_input(
@@ -389,7 +432,7 @@ impl<'a> OutputSplitter<'a> {
         Ok(())
     }
 
-    async fn open_next(&mut self, batch: &RecordBatch) -> Result<()> {
+    async fn open_next(&mut self) -> Result<()> {
         let Some(size) = self.remaining_sizes.next() else {
             return Err(Error::invalid_input(
                 "compaction sources hold more rows than the plan's outputs",
@@ -397,10 +440,10 @@ impl<'a> OutputSplitter<'a> {
         };
         let path = data_file_path(&format!("{}.lance", Uuid::new_v4()))?;
         // Scan batches own their buffers and are dropped once written.
-        let writer = LanceFileWriter::create(
+        let writer = LanceFileWriter::create_data_file(
             self.dataset.store(),
             &path,
-            batch.schema(),
+            &self.dataset.manifest().lance.schema,
             PageLayout::KeepBatches,
         )
         .await?;
@@ -411,12 +454,7 @@ impl<'a> OutputSplitter<'a> {
     async fn close_current(&mut self) -> Result<()> {
         if let Some((writer, path, _)) = self.current.take() {
             let summary = writer.finish().await?;
-            self.written.push(WrittenFile {
-                path: path.to_string(),
-                size_bytes: summary.size_bytes,
-                num_rows: summary.num_rows,
-                checksum: Some(summary.checksum),
-            });
+            self.written.push(WrittenFile::written(&path, &summary));
         }
         Ok(())
     }

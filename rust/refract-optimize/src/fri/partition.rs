@@ -385,9 +385,13 @@ impl Destinations {
         slot.pending_rows = 0;
         if slot.writer.is_none() {
             let path = data_file_path(&format!("{}.lance", Uuid::new_v4()))?;
-            let writer =
-                LanceFileWriter::create(dataset.store(), &path, schema, PageLayout::default())
-                    .await?;
+            let writer = LanceFileWriter::create_data_file(
+                dataset.store(),
+                &path,
+                &dataset.manifest().lance.schema,
+                PageLayout::default(),
+            )
+            .await?;
             slot.writer = Some((writer, path));
         }
         if let Some((writer, _)) = slot.writer.as_mut() {
@@ -423,12 +427,7 @@ impl Destinations {
             }
             fragments.push(Fragment {
                 id: 0,
-                files: vec![DataFile {
-                    path,
-                    size_bytes: summary.size_bytes,
-                    num_rows: summary.num_rows,
-                    checksum: Some(summary.checksum),
-                }],
+                files: vec![DataFile::written(path, &summary)],
                 physical_rows: summary.num_rows,
                 deletion_file: None,
             });

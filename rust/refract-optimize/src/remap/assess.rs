@@ -130,6 +130,7 @@ mod tests {
             index_version: 0,
             dataset_version: version,
             files: Vec::new(),
+            lance: Default::default(),
         }
     }
 

@@ -114,6 +114,7 @@ pub fn user_segment(name: &str, fragments: &[u64], version: u64) -> IndexMetadat
         index_version: 0,
         dataset_version: version,
         files: Vec::new(),
+        lance: Default::default(),
     }
 }
 
@@ -263,5 +264,6 @@ pub fn raw_fri_entry(details: Vec<u8>, index_version: u32, version: u64) -> Inde
         index_version,
         dataset_version: version,
         files: Vec::new(),
+        lance: Default::default(),
     }
 }

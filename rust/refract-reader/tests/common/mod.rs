@@ -215,7 +215,7 @@ impl Table {
                 .await
                 .unwrap()
         };
-        let first = self.ds.manifest().max_fragment_id + 1;
+        let first = self.ds.manifest().next_fragment_id();
         let destinations: Vec<FragmentDigest> = new_fragments
             .iter()
             .enumerate()
@@ -284,7 +284,7 @@ impl Table {
             assert_eq!(written.len(), 1);
             new_fragments.push(written.remove(0));
         }
-        let first = self.ds.manifest().max_fragment_id + 1;
+        let first = self.ds.manifest().next_fragment_id();
         let dest_digests: Vec<FragmentDigest> = new_fragments
             .iter()
             .enumerate()
@@ -326,7 +326,7 @@ impl Table {
             )
             .await
             .unwrap();
-        let first = self.ds.manifest().max_fragment_id + 1;
+        let first = self.ds.manifest().next_fragment_id();
         let mut transition = Vec::new();
         for id in sources {
             let f = self.ds.manifest().fragment(*id).unwrap();
@@ -356,7 +356,7 @@ impl Table {
                 })
                 .collect();
             m.fragments.splice(start..start + sources.len(), assigned);
-            m.max_fragment_id = first + count - 1;
+            m.max_fragment_id = Some(first + count - 1);
             m.indices.retain(|i| i.name != FRI_INDEX_NAME);
             m.indices.push(entry);
             m.reader_flags |= refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;
@@ -410,7 +410,7 @@ impl Table {
             self.ledger.push_transition(record).unwrap();
         }
         let (entry, removed) = self.fri_entry().await;
-        let expected_first = self.ds.manifest().max_fragment_id + 1;
+        let expected_first = self.ds.manifest().next_fragment_id();
         let count = new_fragments.len() as u64;
         self.ds = self
             .ds
@@ -491,6 +491,7 @@ impl Table {
             index_version,
             dataset_version: self.ds.version(),
             files,
+            lance: Default::default(),
         };
         let removed = refract_reader::fri_uuid(self.ds.manifest())
             .into_iter()

@@ -20,18 +20,20 @@ pub(crate) struct Candidate {
 
 /// Hands out fresh fragment ids above the high-water mark.
 struct IdAllocator {
-    max: u64,
+    /// The highest id assigned so far; `None` before the first.
+    max: Option<u64>,
 }
 
 impl IdAllocator {
     fn next(&mut self) -> Result<u64> {
-        if self.max >= MAX_FRAGMENT_ID {
+        let next = self.max.map_or(0, |max| max + 1);
+        if next > MAX_FRAGMENT_ID {
             return Err(Error::not_supported(
                 "fragment ids are exhausted (2^32 - 1 fragments were created)",
             ));
         }
-        self.max += 1;
-        Ok(self.max)
+        self.max = Some(next);
+        Ok(next)
     }
 
     fn assign(&mut self, fragments: &[Fragment]) -> Result<Vec<Fragment>> {
@@ -123,6 +125,11 @@ pub(crate) fn build_candidate(
                 map_checksum: map_checksum.clone(),
             }
         }
+        Operation::Lance { name } => {
+            return Err(Error::invalid_input(format!(
+                "Refract does not commit Lance's {name} operation"
+            )))
+        }
         Operation::Restore { version } => {
             let restored = restored
                 .filter(|restored| restored.version == *version)
@@ -132,6 +139,7 @@ pub(crate) fn build_candidate(
         }
     };
     next.max_fragment_id = ids.max.max(next.max_fragment_id);
+    next.derive_flags();
     next.version = base.version + 1;
     next.timestamp_ms = timestamp_ms;
     next.transaction = Some(Transaction {
@@ -271,6 +279,7 @@ fn apply_index_changes(
 /// Restores content; keeps the id high-water mark and sticky flags.
 fn apply_restore(next: &mut Manifest, restored: &Manifest) {
     next.schema = restored.schema.clone();
+    next.lance = restored.lance.clone();
     next.fragments = restored.fragments.clone();
     next.indices = restored.indices.clone();
     next.max_fragment_id = next.max_fragment_id.max(restored.max_fragment_id);
@@ -303,6 +312,7 @@ mod tests {
                 size_bytes: 100,
                 num_rows: rows,
                 checksum: None,
+                layout: Default::default(),
             }],
             physical_rows: rows,
             deletion_file: None,
@@ -314,12 +324,13 @@ mod tests {
             version: 3,
             schema: Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)])),
             fragments: ids.iter().map(|id| fragment(*id, 10)).collect(),
-            max_fragment_id: max,
+            max_fragment_id: Some(max),
             reader_flags: 0,
             writer_flags: 0,
             indices: vec![],
             timestamp_ms: 0,
             transaction: None,
+            lance: Default::default(),
         }
     }
 
@@ -343,7 +354,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ids(&candidate.manifest), vec![1, 2, 10, 11]);
-        assert_eq!(candidate.manifest.max_fragment_id, 11);
+        assert_eq!(candidate.manifest.max_fragment_id, Some(11));
         assert_eq!(candidate.manifest.version, 4);
         let Some(Transaction {
             operation: Operation::Append { fragments },
@@ -419,7 +430,7 @@ mod tests {
         let txn = Transaction::new(3, Operation::Restore { version: 1 });
         let candidate = build_candidate(&base, &txn, Some(&old), 7).unwrap();
         assert_eq!(ids(&candidate.manifest), vec![1]);
-        assert_eq!(candidate.manifest.max_fragment_id, 5);
+        assert_eq!(candidate.manifest.max_fragment_id, Some(5));
         assert_eq!(candidate.manifest.reader_flags, FLAG_DELETION_FILES);
         assert_eq!(candidate.manifest.version, 4);
     }

@@ -110,6 +110,15 @@ pub(super) async fn rebase_delete(
                     ));
                 }
             }
+            Operation::Lance { name } => {
+                return Err(Error::conflict(
+                    format!(
+                        "Delete conflicts with Lance's {name} committed as version {}",
+                        manifest.version
+                    ),
+                    true,
+                ));
+            }
             Operation::Append { .. }
             | Operation::CreateIndex { .. }
             | Operation::Restore { .. } => {}
@@ -358,6 +367,7 @@ async fn delete_in(
     let deletion = write_deletion_file(
         latest.store(),
         current.id,
+        latest.version(),
         &DeletionVector::from_bitmap(union),
     )
     .await?;

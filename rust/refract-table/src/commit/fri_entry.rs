@@ -185,6 +185,7 @@ pub async fn new_fri_entry(
         index_version: encoded.index_version,
         dataset_version,
         files,
+        lance: Default::default(),
     })
 }
 

@@ -97,6 +97,11 @@ pub(crate) async fn admit(latest: &Dataset, candidate: &mut Manifest) -> Result<
             classify_rewrite(latest, candidate, &sources, &[]).await?
         }
         Operation::Restore { version } => classify_restore(latest, candidate, *version).await?,
+        Operation::Lance { name } => {
+            return Err(Error::invalid_input(format!(
+                "Refract does not commit Lance's {name} operation"
+            )))
+        }
     };
     tracing::debug!(?admission, version = candidate.version, "FRI write gate");
     Ok(admission)

@@ -114,6 +114,7 @@ async fn rebase_group(
                 write_deletion_file(
                     latest.store(),
                     fragment.id,
+                    latest.version(),
                     &DeletionVector::from_bitmap(offsets),
                 )
                 .await?,

@@ -21,7 +21,7 @@ use refract_ledger::flags::ClientFeatures;
 use crate::format::manifest::manifest_error;
 use crate::format::{Fragment, Manifest};
 use crate::io::deletion_file::read_deletion_file;
-use crate::io::paths::VERSIONS_DIR;
+use crate::io::paths::{parse_manifest_name, VERSIONS_DIR};
 use crate::io::ReadOptions;
 use crate::io::{manifest_path, DatasetStore, LanceFileReader, RelativePath, StorageOptions};
 use crate::session::Session;
@@ -121,17 +121,7 @@ impl Dataset {
                 "a dataset already exists at {uri}"
             )));
         }
-        let manifest = Manifest {
-            version: 1,
-            schema,
-            fragments: Vec::new(),
-            max_fragment_id: 0,
-            reader_flags: 0,
-            writer_flags: 0,
-            indices: Vec::new(),
-            timestamp_ms: chrono::Utc::now().timestamp_millis(),
-            transaction: None,
-        };
+        let manifest = Manifest::first(&schema, chrono::Utc::now().timestamp_millis())?;
         if !store
             .put_if_absent(&manifest_path(1), manifest.encode()?)
             .await?
@@ -439,7 +429,7 @@ fn manifest_key(store: &DatasetStore, version: u64) -> CacheKey {
     )
 }
 
-/// Committed versions, ascending (names other than `{version:020}.manifest` are ignored).
+/// Committed versions, ascending (names that are not manifest names are ignored).
 pub(crate) async fn list_versions(store: &DatasetStore) -> Result<Vec<u64>> {
     let prefix = RelativePath::parse(VERSIONS_DIR)?;
     let mut versions: Vec<u64> = store
@@ -452,24 +442,17 @@ pub(crate) async fn list_versions(store: &DatasetStore) -> Result<Vec<u64>> {
     Ok(versions)
 }
 
-fn parse_manifest_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".manifest")?;
-    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok().filter(|version| *version > 0)
-}
-
 fn placeholder_manifest() -> Manifest {
     Manifest {
         version: 0,
         schema: Arc::new(arrow_schema::Schema::empty()),
         fragments: Vec::new(),
-        max_fragment_id: 0,
+        max_fragment_id: None,
         reader_flags: 0,
         writer_flags: 0,
         indices: Vec::new(),
         timestamp_ms: 0,
         transaction: None,
+        lance: Default::default(),
     }
 }

@@ -161,6 +161,7 @@ fn fragment(physical_rows: u64, size_bytes: u64) -> Fragment {
             size_bytes,
             num_rows: physical_rows,
             checksum: None,
+            layout: Default::default(),
         }],
         physical_rows,
         deletion_file: None,

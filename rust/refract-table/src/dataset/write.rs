@@ -167,9 +167,13 @@ impl Dataset {
 
     async fn open_data_file(&self) -> Result<OpenFile> {
         let path = data_file_path(&format!("{}.lance", Uuid::new_v4()))?;
-        let writer =
-            LanceFileWriter::create(&self.store, &path, self.schema(), PageLayout::default())
-                .await?;
+        let writer = LanceFileWriter::create_data_file(
+            &self.store,
+            &path,
+            &self.manifest().lance.schema,
+            PageLayout::default(),
+        )
+        .await?;
         Ok(OpenFile {
             writer,
             path,
@@ -191,12 +195,7 @@ async fn finish_file(file: OpenFile) -> Result<Fragment> {
     }
     Ok(Fragment {
         id: 0,
-        files: vec![DataFile {
-            path: file.path,
-            size_bytes: summary.size_bytes,
-            num_rows: summary.num_rows,
-            checksum: Some(summary.checksum),
-        }],
+        files: vec![DataFile::written(file.path, &summary)],
         physical_rows: summary.num_rows,
         deletion_file: None,
     })

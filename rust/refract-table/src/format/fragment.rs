@@ -1,10 +1,16 @@
-//! Fragments and their data files: the Rust model of `DataFragment`.
+//! Fragments and their data files: the Rust model of Lance's `DataFragment`.
 
 use refract_core::checksum::FileChecksum;
 use refract_core::{Error, Result};
 
-use super::proto;
+use lance_file::version::ConcreteFileVersion;
+use lance_table::format::pb;
+
+use super::sidecar::Checksums;
 use crate::io::deletion_file::DeletionFileRef;
+use crate::io::lance_files::DATA_FILE_VERSION;
+use crate::io::paths::DATA_DIR;
+use crate::io::LanceFileSummary;
 use crate::io::RelativePath;
 
 /// The largest usable fragment id; `u32::MAX` is reserved as a tombstone.
@@ -16,20 +22,71 @@ pub const MAX_PHYSICAL_ROWS: u64 = 1 << 32;
 /// One Lance data file of a fragment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataFile {
-    /// Path relative to the dataset root.
+    /// Path relative to the dataset root (`data/<name>`; Lance records the
+    /// name relative to `data/`).
     pub path: RelativePath,
     /// File size in bytes.
     pub size_bytes: u64,
-    /// Rows in the file (equals the fragment's physical rows).
+    /// Rows in the file (equals the fragment's physical rows; Lance records
+    /// the count once per fragment).
     pub num_rows: u64,
-    /// Block checksums of the file (absent in files written before checksums).
+    /// Block checksums of the file (absent for files another Lance writer
+    /// wrote: those are checked structurally).
     pub checksum: Option<FileChecksum>,
+    /// Which dataset fields the file stores, and where.
+    pub layout: FileLayout,
+}
+
+impl Default for FileLayout {
+    /// No fields, in the version Refract writes.
+    fn default() -> Self {
+        FileLayout {
+            fields: Vec::new(),
+            column_indices: Vec::new(),
+            file_version: DATA_FILE_VERSION,
+        }
+    }
+}
+
+impl DataFile {
+    /// The record of a data file just written at `path` (in
+    /// [`crate::io::lance_files`]' file version).
+    pub fn written(path: RelativePath, summary: &LanceFileSummary) -> DataFile {
+        let (fields, column_indices) = summary
+            .field_columns
+            .iter()
+            // Field ids and columns come from a Lance schema: both fit an i32.
+            .map(|(field, column)| (*field as i32, *column as i32))
+            .unzip();
+        DataFile {
+            path,
+            size_bytes: summary.size_bytes,
+            num_rows: summary.num_rows,
+            checksum: Some(summary.checksum.clone()),
+            layout: FileLayout {
+                fields,
+                column_indices,
+                file_version: DATA_FILE_VERSION,
+            },
+        }
+    }
+}
+
+/// The dataset fields a data file stores and the Lance file version it is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileLayout {
+    /// Field ids of the dataset schema stored in the file.
+    pub fields: Vec<i32>,
+    /// The column of each field in the file (`-1`: no column of its own).
+    pub column_indices: Vec<i32>,
+    /// Lance file format version of the file.
+    pub file_version: ConcreteFileVersion,
 }
 
 /// A fragment: a run of rows addressed `id << 32 | offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fragment {
-    /// Fragment id; 0 means "not yet assigned" in an uncommitted fragment.
+    /// Fragment id (a new fragment gets its id when it is committed).
     pub id: u64,
     /// Data files (column groups), each holding all physical rows.
     pub files: Vec<DataFile>,
@@ -95,64 +152,92 @@ impl Fragment {
         Ok(())
     }
 
-    pub(crate) fn to_proto(&self) -> proto::DataFragment {
-        proto::DataFragment {
+    /// Lance's record of the fragment; checksums go to `checksums`.
+    pub(crate) fn to_pb(&self, checksums: &mut Checksums) -> pb::DataFragment {
+        pb::DataFragment {
             id: self.id,
             files: self
                 .files
                 .iter()
-                .map(|file| proto::DataFile {
-                    path: file.path.as_str().to_string(),
-                    size_bytes: file.size_bytes,
-                    num_rows: file.num_rows,
-                    checksum: file.checksum.as_ref().map(checksum_to_proto),
+                .map(|file| {
+                    checksums.record(&file.path, file.checksum.as_ref());
+                    let (major, minor) = file.layout.file_version.to_data_file_numbers();
+                    pb::DataFile {
+                        path: name_in_data_dir(&file.path),
+                        fields: file.layout.fields.clone(),
+                        column_indices: file.layout.column_indices.clone(),
+                        file_major_version: major,
+                        file_minor_version: minor,
+                        file_size_bytes: file.size_bytes,
+                        base_id: None,
+                    }
                 })
                 .collect(),
+            deletion_file: self.deletion_file.as_ref().map(|deletion| {
+                checksums.record(&deletion.path, deletion.checksum.as_ref());
+                deletion.to_pb()
+            }),
             physical_rows: self.physical_rows,
-            deletion_file: self
-                .deletion_file
-                .as_ref()
-                .map(|deletion| proto::DeletionFile {
-                    path: deletion.path.as_str().to_string(),
-                    num_deleted_rows: deletion.num_deleted_rows,
-                    checksum: deletion.checksum.as_ref().map(checksum_to_proto),
-                }),
+            ..Default::default()
         }
     }
 
-    /// Converts and validates a stored fragment (paths are untrusted).
-    pub(crate) fn from_proto(message: &proto::DataFragment) -> Result<Fragment> {
+    /// Converts and validates Lance's record of a fragment (untrusted bytes).
+    ///
+    /// # Errors
+    /// Corrupt for paths leaving the root, unknown file versions, malformed
+    /// checksums or broken invariants; NotSupported for features Refract
+    /// does not implement (other base paths, row lineage, overlays).
+    pub(crate) fn from_pb(message: &pb::DataFragment, checksums: &Checksums) -> Result<Fragment> {
+        if message.row_id_sequence.is_some() {
+            return Err(Error::not_supported(format!(
+                "fragment {} records stable row ids, which Refract does not implement",
+                message.id
+            )));
+        }
+        if !message.overlays.is_empty() {
+            return Err(Error::not_supported(format!(
+                "fragment {} has data overlay files, which Refract does not implement",
+                message.id
+            )));
+        }
         let files = message
             .files
             .iter()
             .map(|file| {
-                let path = RelativePath::parse_recorded(&file.path, "manifest")?;
-                let checksum = checksum_from_proto(file.checksum.as_ref(), &path, file.size_bytes)?;
+                if file.base_id.is_some() {
+                    return Err(Error::not_supported(format!(
+                        "data file {} of fragment {} lives under another base path",
+                        file.path, message.id
+                    )));
+                }
+                let path = RelativePath::parse_recorded(&format!("{DATA_DIR}/{}", file.path), "manifest")?;
+                let file_version =
+                    ConcreteFileVersion::from_data_file_numbers(file.file_major_version, file.file_minor_version)
+                        .map_err(|e| corrupt(format!("data file {path}: {e}")))?;
+                if file_version == ConcreteFileVersion::V1 {
+                    return Err(Error::not_supported(format!(
+                        "data file {path} is in the legacy Lance v1 file format"
+                    )));
+                }
+                let checksum = checksums.lookup(&path, Some(file.file_size_bytes))?;
                 Ok(DataFile {
                     path,
-                    size_bytes: file.size_bytes,
-                    num_rows: file.num_rows,
+                    size_bytes: file.file_size_bytes,
+                    num_rows: message.physical_rows,
                     checksum,
+                    layout: FileLayout {
+                        fields: file.fields.clone(),
+                        column_indices: file.column_indices.clone(),
+                        file_version,
+                    },
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         let deletion_file = message
             .deletion_file
             .as_ref()
-            .map(|deletion| {
-                let path = RelativePath::parse_recorded(&deletion.path, "manifest")?;
-                // A deletion file's size is not recorded: the checksum says it.
-                let checksum = deletion
-                    .checksum
-                    .as_ref()
-                    .map(|stored| decode_checksum(stored, &path))
-                    .transpose()?;
-                Ok::<_, Error>(DeletionFileRef {
-                    path,
-                    num_deleted_rows: deletion.num_deleted_rows,
-                    checksum,
-                })
-            })
+            .map(|deletion| DeletionFileRef::from_pb(message.id, deletion, checksums))
             .transpose()?;
         let fragment = Fragment {
             id: message.id,
@@ -165,45 +250,16 @@ impl Fragment {
     }
 }
 
+/// A data file's name relative to `data/`, as Lance records it.
+fn name_in_data_dir(path: &RelativePath) -> String {
+    let raw = path.as_str();
+    raw.strip_prefix(DATA_DIR)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .unwrap_or(raw)
+        .to_string()
+}
+
 fn corrupt(message: String) -> Error {
     Error::corrupt("manifest", message)
 }
 
-/// The stored form of a checksum.
-pub(crate) fn checksum_to_proto(checksum: &FileChecksum) -> proto::Checksum {
-    proto::Checksum {
-        block_bytes: checksum.block_bytes(),
-        crc32c: checksum.blocks_le_bytes(),
-    }
-}
-
-/// A stored checksum of the file at `path`; Corrupt (the manifest) when
-/// malformed.
-pub(crate) fn decode_checksum(
-    stored: &proto::Checksum,
-    path: &RelativePath,
-) -> Result<FileChecksum> {
-    FileChecksum::from_le_bytes(stored.block_bytes, &stored.crc32c)
-        .map_err(|e| corrupt(format!("checksum of {path}: {e}")))
-}
-
-/// A stored checksum, if any, of a file of `size` bytes at `path`; Corrupt
-/// (the manifest) when malformed or not covering `size` bytes.
-pub(crate) fn checksum_from_proto(
-    stored: Option<&proto::Checksum>,
-    path: &RelativePath,
-    size: u64,
-) -> Result<Option<FileChecksum>> {
-    let Some(stored) = stored else {
-        return Ok(None);
-    };
-    let checksum = decode_checksum(stored, path)?;
-    if checksum.check_size("manifest", size).is_err() {
-        return Err(corrupt(format!(
-            "the checksum of {path} covers {} blocks of {} bytes, not a {size}-byte file",
-            checksum.blocks().len(),
-            checksum.block_bytes()
-        )));
-    }
-    Ok(Some(checksum))
-}

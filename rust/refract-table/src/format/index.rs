@@ -1,12 +1,16 @@
-//! Index segment metadata: the Rust model of `IndexMetadata`.
+//! Index segment metadata: the Rust model of Lance's `IndexMetadata`.
 
 use refract_core::{DeletionVector, Error, Result};
 use roaring::RoaringBitmap;
 use uuid::Uuid;
 
-use super::fragment::{checksum_from_proto, checksum_to_proto};
-use super::proto;
-use crate::io::{RecordedFile, RelativePath};
+use std::collections::HashMap;
+
+use lance_table::format::pb;
+
+use super::schema::FieldPaths;
+use super::sidecar::Checksums;
+use crate::io::{index_dir, RecordedFile, RelativePath};
 
 /// Names starting with this prefix are system entries (e.g. the FRI).
 pub const SYSTEM_INDEX_PREFIX: &str = "__";
@@ -30,10 +34,28 @@ pub struct IndexMetadata {
     pub index_version: u32,
     /// Dataset version the segment was built or remapped at.
     pub dataset_version: u64,
-    /// Every file of the segment with its size and checksum, sorted by path
-    /// (empty for segments written before checksums).
+    /// Every checksummed file of the segment with its size and checksum,
+    /// sorted by path.
     pub files: Vec<RecordedFile>,
+    /// Lance's fields Refract does not interpret.
+    pub lance: LanceIndexFields,
 }
+
+/// What Lance records about a segment that Refract's engine does not
+/// interpret, kept so a rewrite of the manifest loses nothing.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LanceIndexFields {
+    /// Files of the segment recorded without a checksum (another Lance
+    /// writer's), root-relative, with their sizes.
+    pub unverified_files: Vec<(RelativePath, u64)>,
+    /// Creation time, ms since the epoch, when recorded.
+    pub created_at: Option<u64>,
+    /// Free-form metadata of the segment.
+    pub metadata: HashMap<String, String>,
+}
+
+/// Type URL prefix of Refract's own index types in `index_details`.
+const REFRACT_TYPE_URL_PREFIX: &str = "/refract.index.";
 
 impl IndexMetadata {
     /// System entries (reserved `__` names) pass through index listings untouched.
@@ -41,30 +63,76 @@ impl IndexMetadata {
         self.name.starts_with(SYSTEM_INDEX_PREFIX)
     }
 
-    /// Encodes to protobuf. Serializing a bitmap into a Vec cannot fail.
-    pub(crate) fn to_proto(&self) -> proto::IndexMetadata {
-        proto::IndexMetadata {
-            uuid: self.uuid.as_bytes().to_vec(),
+    /// Lance's record of the segment; checksums go to `checksums`, column
+    /// names become field ids through `fields`.
+    ///
+    /// # Errors
+    /// Corrupt (the manifest) when an indexed column is not in the schema.
+    pub(crate) fn to_pb(&self, fields: &FieldPaths, checksums: &mut Checksums) -> Result<pb::IndexMetadata> {
+        let dir = index_dir(&self.uuid);
+        let mut files: Vec<pb::IndexFile> = self
+            .files
+            .iter()
+            .map(|file| {
+                checksums.record(&file.path, Some(&file.checksum));
+                pb::IndexFile {
+                    path: relative_to(&dir, &file.path),
+                    size_bytes: file.size_bytes,
+                }
+            })
+            .collect();
+        files.extend(self.lance.unverified_files.iter().map(|(path, size)| pb::IndexFile {
+            path: relative_to(&dir, path),
+            size_bytes: *size,
+        }));
+        Ok(pb::IndexMetadata {
+            uuid: Some(pb::Uuid {
+                uuid: self.uuid.as_bytes().to_vec(),
+            }),
+            fields: self
+                .fields
+                .iter()
+                .map(|name| fields.id_of(name))
+                .collect::<Result<Vec<_>>>()?,
             name: self.name.clone(),
-            fields: self.fields.clone(),
-            fragment_bitmap: self.fragment_bitmap.as_ref().map(serialize_bitmap),
-            index_type: self.index_type.clone(),
-            details: self.details.clone(),
-            index_version: self.index_version,
             dataset_version: self.dataset_version,
-            files: self.files.iter().map(stored_file_to_proto).collect(),
-        }
+            fragment_bitmap: self.fragment_bitmap.as_ref().map(serialize_bitmap).unwrap_or_default(),
+            index_details: (!self.index_type.is_empty()).then(|| prost_types::Any {
+                type_url: if self.index_type.contains(['/', '.']) {
+                    self.index_type.clone()
+                } else {
+                    format!("{REFRACT_TYPE_URL_PREFIX}{}", self.index_type)
+                },
+                value: self.details.clone(),
+            }),
+            index_version: Some(i32::try_from(self.index_version).unwrap_or(i32::MAX)),
+            created_at: self.lance.created_at,
+            files,
+            metadata: self.lance.metadata.clone(),
+            ..Default::default()
+        })
     }
 
-    /// Decodes and validates a stored segment.
-    pub(crate) fn from_proto(message: &proto::IndexMetadata) -> Result<IndexMetadata> {
-        let fragment_bitmap = message
-            .fragment_bitmap
-            .as_deref()
-            .map(|bytes| {
+    /// Decodes and validates Lance's record of a segment (untrusted bytes).
+    ///
+    /// # Errors
+    /// Corrupt for a malformed uuid, bitmap, field id, path or checksum;
+    /// NotSupported for features Refract does not implement.
+    pub(crate) fn from_pb(message: &pb::IndexMetadata, fields: &FieldPaths, checksums: &Checksums) -> Result<IndexMetadata> {
+        let uuid = uuid_from_bytes(
+            message.uuid.as_ref().map_or(&[][..], |uuid| uuid.uuid.as_slice()),
+            "index uuid",
+        )?;
+        if message.base_id.is_some() {
+            return Err(Error::not_supported(format!(
+                "index segment {uuid} lives under another base path"
+            )));
+        }
+        let fragment_bitmap = (!message.fragment_bitmap.is_empty())
+            .then(|| {
                 // The framing-checked decoder bounds allocations by the input
                 // size; ids range over u32 except the tombstone.
-                DeletionVector::from_bytes(bytes, u64::from(u32::MAX))
+                DeletionVector::from_bytes(&message.fragment_bitmap, u64::from(u32::MAX))
                     .map(DeletionVector::into_bitmap)
                     .map_err(|err| {
                         Error::corrupt(
@@ -74,46 +142,62 @@ impl IndexMetadata {
                     })
             })
             .transpose()?;
+        let (index_type, details) = match &message.index_details {
+            None => (String::new(), Vec::new()),
+            Some(any) => (
+                any.type_url
+                    .strip_prefix(REFRACT_TYPE_URL_PREFIX)
+                    .unwrap_or(&any.type_url)
+                    .to_string(),
+                any.value.clone(),
+            ),
+        };
+        let dir = index_dir(&uuid);
+        let mut files = Vec::new();
+        let mut unverified_files = Vec::new();
+        for file in &message.files {
+            let path = RelativePath::parse_recorded(&format!("{dir}{}", file.path), "manifest")?;
+            match checksums.lookup(&path, Some(file.size_bytes))? {
+                Some(checksum) => files.push(RecordedFile {
+                    path,
+                    size_bytes: file.size_bytes,
+                    checksum,
+                }),
+                None => unverified_files.push((path, file.size_bytes)),
+            }
+        }
         Ok(IndexMetadata {
-            uuid: uuid_from_bytes(&message.uuid, "index uuid")?,
+            uuid,
             name: message.name.clone(),
-            fields: message.fields.clone(),
-            fragment_bitmap,
-            index_type: message.index_type.clone(),
-            details: message.details.clone(),
-            index_version: message.index_version,
-            dataset_version: message.dataset_version,
-            files: message
-                .files
+            fields: message
+                .fields
                 .iter()
-                .map(stored_file_from_proto)
+                .map(|id| fields.path_of(*id))
                 .collect::<Result<Vec<_>>>()?,
+            fragment_bitmap,
+            index_type,
+            details,
+            index_version: message
+                .index_version
+                .map_or(Ok(0), u32::try_from)
+                .map_err(|_| Error::corrupt("manifest", format!("index '{}' has a negative index_version", message.name)))?,
+            dataset_version: message.dataset_version,
+            files,
+            lance: LanceIndexFields {
+                unverified_files,
+                created_at: message.created_at,
+                metadata: message.metadata.clone(),
+            },
         })
     }
 }
 
-/// The stored form of a file reference.
-pub(crate) fn stored_file_to_proto(file: &RecordedFile) -> proto::StoredFile {
-    proto::StoredFile {
-        path: file.path.as_str().to_string(),
-        size_bytes: file.size_bytes,
-        checksum: Some(checksum_to_proto(&file.checksum)),
-    }
-}
-
-/// Decodes a stored file reference (the path is untrusted); Corrupt (the
-/// manifest) without a checksum or with one that does not cover the size.
-pub(crate) fn stored_file_from_proto(stored: &proto::StoredFile) -> Result<RecordedFile> {
-    let path = RelativePath::parse_recorded(&stored.path, "manifest")?;
-    let checksum = checksum_from_proto(stored.checksum.as_ref(), &path, stored.size_bytes)?
-        .ok_or_else(|| {
-            Error::corrupt("manifest", format!("{path} is recorded without a checksum"))
-        })?;
-    Ok(RecordedFile {
-        path,
-        size_bytes: stored.size_bytes,
-        checksum,
-    })
+/// `path` relative to the directory `dir` (which ends in `/`).
+fn relative_to(dir: &RelativePath, path: &RelativePath) -> String {
+    path.as_str()
+        .strip_prefix(dir.as_str())
+        .unwrap_or(path.as_str())
+        .to_string()
 }
 
 /// Serializes a roaring bitmap (portable format).

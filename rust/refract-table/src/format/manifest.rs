@@ -1,71 +1,59 @@
-//! The manifest: one immutable version of a dataset, and its protobuf codec.
+//! The manifest: one immutable version of a dataset, and its codec to and
+//! from Lance's manifest file (`lance.table.Manifest` with its index and
+//! transaction sections, see `framing`), with Refract's sidecar in front
+//! (see `sidecar`).
 //!
 //! Decoding treats the bytes as untrusted: truncated or garbage input, paths
 //! that leave the root, duplicate or out-of-range fragment ids and inconsistent
-//! row counts are `Corrupt`, never panics.
-//!
-//! Stored form: [`MANIFEST_MAGIC`], the CRC-32C of the body (little-endian
-//! u32), then the protobuf body. A manifest written before checksums is a
-//! bare protobuf body; its first byte is always `0x08` (the tag of field 1,
-//! `version`, which is never zero), which no single flipped bit turns into
-//! the magic's first byte or back, so damage to the header is never
-//! mistaken for the old form.
+//! row counts are `Corrupt`, never panics. A manifest Refract wrote is
+//! checksummed whole; one another Lance writer wrote is checked structurally.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Cursor;
 
-use arrow::ipc::reader::StreamReader;
-use arrow::ipc::writer::StreamWriter;
-use arrow_schema::{Schema, SchemaRef};
+use arrow_schema::SchemaRef;
 use bytes::Bytes;
+use lance_table::format::pb;
 use prost::Message;
 use refract_core::{DeepSize, Error, Result};
-use refract_ledger::flags::check_fri_flag_pair;
+use refract_ledger::flags::{
+    check_fri_flag_pair, FLAG_DELETION_FILES, FLAG_MIXED_DATA_FILE_VERSIONS, FLAG_TABLE_CONFIG,
+};
 
 use super::fragment::{Fragment, MAX_FRAGMENT_ID};
+use super::framing::{frame, unframe};
 use super::index::IndexMetadata;
-use super::proto;
-use crate::io::manifest_path;
+use super::schema::{FieldPaths, TableSchema};
+use super::sidecar::{self, Checksums, Sidecar};
+use crate::io::paths::transaction_file_path;
+use crate::io::{manifest_path, RelativePath};
 use crate::transaction::Transaction;
 
-/// First bytes of a checksummed manifest.
-pub const MANIFEST_MAGIC: [u8; 4] = *b"RFM1";
-/// Magic and checksum.
-const HEADER_LEN: usize = 8;
-/// First byte of a manifest written before checksums (tag of field 1, varint).
-const LEGACY_FIRST_BYTE: u8 = 0x08;
+/// The Lance file version new data files are written in, as the manifest
+/// records it.
+pub const DATA_STORAGE_VERSION: &str = "2.2";
+/// The field id Lance records in a data file for a dropped column.
+const DROPPED_FIELD_ID: i32 = -2;
+/// The library name Refract records as the manifest's writer.
+const WRITER_LIBRARY: &str = "refract";
 
-/// The protobuf body of stored manifest bytes, verified against the checksum
-/// in its header; a manifest written before checksums is returned as it is.
-///
-/// # Errors
-/// Corrupt (the manifest) when the header is damaged or the body does not
-/// match its checksum.
-pub fn manifest_body(bytes: &[u8]) -> Result<&[u8]> {
-    if bytes.first() == Some(&LEGACY_FIRST_BYTE) {
-        return Ok(bytes);
-    }
-    let (Some(magic), Some(crc), Some(body)) = (
-        bytes.get(..4),
-        bytes.get(4..HEADER_LEN),
-        bytes.get(HEADER_LEN..),
-    ) else {
-        return Err(corrupt(format!(
-            "{} bytes are too short for a manifest header",
-            bytes.len()
-        )));
-    };
-    if magic != MANIFEST_MAGIC {
-        return Err(corrupt("the header is damaged (unknown magic)".to_string()));
-    }
-    let expected = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    let actual = refract_core::checksum::crc32c(body);
-    if actual != expected {
-        return Err(corrupt(format!(
-            "checksum mismatch: the body's CRC-32C is {actual:#010x}, the header records {expected:#010x}"
-        )));
-    }
-    Ok(body)
+/// What Lance records about a version that the engine does not interpret,
+/// kept so every commit carries it forward.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LanceManifestFields {
+    /// The schema with Lance's field ids.
+    pub schema: TableSchema,
+    /// Table config (`lance.*` keys are Lance's).
+    pub config: HashMap<String, String>,
+    /// Table metadata.
+    pub table_metadata: HashMap<String, String>,
+    /// Default Lance file version of the data files (`"2.0"`, `"2.1"`, `"2.2"`).
+    pub data_storage_version: String,
+    /// Lance's stable-row-id counter (unused without stable row ids).
+    pub next_row_id: u64,
+    /// Highest field id ever allocated, when the table records it.
+    pub max_allocated_field_id: Option<i32>,
+    /// The transaction file of this version, relative to `_transactions/`.
+    pub transaction_file: String,
 }
 
 /// One version of a dataset.
@@ -73,12 +61,13 @@ pub fn manifest_body(bytes: &[u8]) -> Result<&[u8]> {
 pub struct Manifest {
     /// The version (>= 1).
     pub version: u64,
-    /// The table schema.
+    /// The table schema as scans return it (derived from `lance.schema`).
     pub schema: SchemaRef,
     /// Fragments in positional (scan) order.
     pub fragments: Vec<Fragment>,
-    /// Highest fragment id ever assigned; never decreases.
-    pub max_fragment_id: u64,
+    /// Highest fragment id ever assigned; never decreases. `None` before
+    /// the first fragment.
+    pub max_fragment_id: Option<u64>,
     /// Features a reader must support.
     pub reader_flags: u64,
     /// Features a writer must support.
@@ -87,8 +76,11 @@ pub struct Manifest {
     pub indices: Vec<IndexMetadata>,
     /// Commit time, ms since the epoch.
     pub timestamp_ms: i64,
-    /// The transaction that produced this version (None for version 1).
+    /// The transaction that produced this version (None for version 1, or
+    /// when the writer recorded it only in a transaction file).
     pub transaction: Option<Transaction>,
+    /// Lance's fields the engine carries forward.
+    pub lance: LanceManifestFields,
 }
 
 /// A manifest's fragments by id (see [`Manifest::fragment_index`]).
@@ -150,64 +142,223 @@ impl Manifest {
         self.fragments.iter().map(Fragment::live_rows).sum()
     }
 
-    /// Encodes to protobuf bytes (after checking the invariants, so an invalid
-    /// manifest is never published).
+    /// The first manifest of a table with `schema`.
+    ///
+    /// # Errors
+    /// InvalidInput when Lance cannot store a column's type.
+    pub fn first(schema: &arrow_schema::Schema, timestamp_ms: i64) -> Result<Manifest> {
+        let table_schema = TableSchema::for_new_table(schema)?;
+        Ok(Manifest {
+            version: 1,
+            schema: table_schema.to_arrow().map_err(|e| Error::invalid_input(e.to_string()))?,
+            fragments: Vec::new(),
+            max_fragment_id: None,
+            reader_flags: 0,
+            writer_flags: 0,
+            indices: Vec::new(),
+            timestamp_ms,
+            transaction: None,
+            lance: LanceManifestFields {
+                schema: table_schema,
+                data_storage_version: DATA_STORAGE_VERSION.to_string(),
+                ..LanceManifestFields::default()
+            },
+        })
+    }
+
+    /// The transaction file name (relative to `_transactions/`) Lance's
+    /// `{read_version}-{uuid}.txn` scheme gives this version's transaction.
+    fn transaction_file_name(&self) -> String {
+        match &self.transaction {
+            Some(tx) => format!("{}-{}.txn", tx.read_version, tx.uuid.hyphenated()),
+            None => self.lance.transaction_file.clone(),
+        }
+    }
+
+    /// The id the next new fragment gets.
+    pub fn next_fragment_id(&self) -> u64 {
+        self.max_fragment_id.map_or(0, |max| max + 1)
+    }
+
+    /// The reader and writer flags this manifest's contents call for, on top
+    /// of the sticky ones it carries (deletion files, table config, mixed
+    /// data file versions, as Lance sets them).
+    pub(crate) fn derive_flags(&mut self) {
+        if self.fragments.iter().any(|f| f.deletion_file.is_some()) {
+            self.reader_flags |= FLAG_DELETION_FILES;
+            self.writer_flags |= FLAG_DELETION_FILES;
+        }
+        if !self.lance.config.is_empty() {
+            self.writer_flags |= FLAG_TABLE_CONFIG;
+        }
+        let default = lance_file::version::ConcreteFileVersion::from_manifest_string(&self.lance.data_storage_version).ok();
+        let mixed = self
+            .fragments
+            .iter()
+            .flat_map(|f| &f.files)
+            .any(|file| Some(file.layout.file_version) != default);
+        if mixed {
+            self.reader_flags |= FLAG_MIXED_DATA_FILE_VERSIONS;
+            self.writer_flags |= FLAG_MIXED_DATA_FILE_VERSIONS;
+        }
+    }
+
+    /// Lance's transaction file of this version, `_transactions/<file>`, and
+    /// its bytes, when the version has a transaction.
+    ///
+    /// # Errors
+    /// As [`Self::encode`].
+    pub fn encode_transaction_file(&self) -> Result<Option<(RelativePath, Bytes)>> {
+        let Some(transaction) = &self.transaction else {
+            return Ok(None);
+        };
+        let fields = FieldPaths::new(&self.lance.schema);
+        let message = transaction.to_pb(&fields, &mut Checksums::default(), &mut Sidecar::default())?;
+        Ok(Some((
+            transaction_file_path(&self.transaction_file_name())?,
+            Bytes::from(message.encode_to_vec()),
+        )))
+    }
+
+    /// Encodes to a Lance manifest file with Refract's sidecar (after
+    /// checking the invariants, so an invalid manifest is never published).
     ///
     /// # Errors
     /// Corrupt (the manifest) when it breaks an invariant (duplicate ids,
-    /// fragment ids out of range, FRI entry or flag rules); External when the
-    /// schema cannot be encoded as Arrow IPC.
+    /// fragment ids out of range, FRI entry or flag rules, an index on a
+    /// column the schema lacks); InvalidInput for a transaction only another
+    /// Lance writer commits.
     pub fn encode(&self) -> Result<Bytes> {
         self.validate()?;
-        let message = proto::Manifest {
+        let fields = FieldPaths::new(&self.lance.schema);
+        let mut checksums = Checksums::default();
+        let mut sidecar = Sidecar::default();
+        let transaction = self
+            .transaction
+            .as_ref()
+            .map(|tx| tx.to_pb(&fields, &mut checksums, &mut sidecar))
+            .transpose()?;
+        let indices = self
+            .indices
+            .iter()
+            .map(|index| index.to_pb(&fields, &mut checksums))
+            .collect::<Result<Vec<_>>>()?;
+        let manifest = pb::Manifest {
+            fields: self.lance.schema.fields.clone(),
+            schema_metadata: self.lance.schema.metadata.clone(),
+            fragments: self
+                .fragments
+                .iter()
+                .map(|fragment| fragment.to_pb(&mut checksums))
+                .collect(),
             version: self.version,
-            schema: encode_schema(&self.schema)?,
-            fragments: self.fragments.iter().map(Fragment::to_proto).collect(),
-            max_fragment_id: self.max_fragment_id,
-            reader_flags: self.reader_flags,
-            writer_flags: self.writer_flags,
-            indices: self.indices.iter().map(IndexMetadata::to_proto).collect(),
-            timestamp_ms: self.timestamp_ms,
-            transaction: self.transaction.as_ref().map(Transaction::to_proto),
+            writer_version: Some(pb::manifest::WriterVersion {
+                library: WRITER_LIBRARY.to_string(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                ..Default::default()
+            }),
+            timestamp: Some(prost_types::Timestamp {
+                seconds: self.timestamp_ms.div_euclid(1000),
+                // A remainder of a division by 1000 times 10^6 fits an i32.
+                nanos: (self.timestamp_ms.rem_euclid(1000) * 1_000_000) as i32,
+            }),
+            reader_feature_flags: self.reader_flags,
+            writer_feature_flags: self.writer_flags,
+            // Checked against MAX_FRAGMENT_ID (< u32::MAX) by `validate`.
+            max_fragment_id: self.max_fragment_id.map(|max| max as u32),
+            transaction_file: self.transaction_file_name(),
+            next_row_id: self.lance.next_row_id,
+            data_format: Some(pb::manifest::DataStorageFormat {
+                file_format: "lance".to_string(),
+                version: self.lance.data_storage_version.clone(),
+            }),
+            config: self.lance.config.clone(),
+            table_metadata: self.lance.table_metadata.clone(),
+            max_allocated_field_id: self.lance.max_allocated_field_id,
+            ..Default::default()
         };
-        let body = message.encode_to_vec();
-        let mut stored = Vec::with_capacity(HEADER_LEN + body.len());
-        stored.extend_from_slice(&MANIFEST_MAGIC);
-        stored.extend_from_slice(&refract_core::checksum::crc32c(&body).to_le_bytes());
-        stored.extend_from_slice(&body);
-        Ok(Bytes::from(stored))
+        sidecar.files = checksums.to_stored();
+        let sidecar_bytes = sidecar.encode_to_vec();
+        let lance = frame(
+            sidecar::sidecar_prefix_len(sidecar_bytes.len()),
+            manifest,
+            indices,
+            transaction.as_ref(),
+        );
+        Ok(Bytes::from(sidecar::seal(&sidecar_bytes, &lance)))
     }
 
-    /// Verifies ([`manifest_body`]), decodes and validates untrusted bytes.
+    /// Verifies, decodes and validates untrusted manifest bytes.
     ///
     /// # Errors
-    /// Corrupt for a damaged header or checksum, a body or schema that does not
-    /// decode, a broken invariant, or a file path leaving the dataset root.
+    /// Corrupt for a damaged sidecar, checksum, framing, message or schema,
+    /// a broken invariant, or a file path leaving the dataset root;
+    /// NotSupported for Lance features Refract does not implement.
     pub fn decode(bytes: &[u8]) -> Result<Manifest> {
-        let message = proto::Manifest::decode(manifest_body(bytes)?)
-            .map_err(|err| Error::corrupt("manifest", format!("protobuf decode failed: {err}")))?;
+        let (sidecar, base) = sidecar::open(bytes)?;
+        let sections = unframe(bytes, base)?;
+        let message = sections.manifest;
+        if !message.fragments.is_empty() && message.fragment_tree.is_some() {
+            return Err(corrupt("both a fragment list and a fragment tree are recorded".into()));
+        }
+        let checksums = match &sidecar {
+            Some(sidecar) => Checksums::from_stored(&sidecar.files)?,
+            None => Checksums::default(),
+        };
+        let table_schema = TableSchema {
+            fields: message.fields,
+            metadata: message.schema_metadata,
+        };
+        let fields = FieldPaths::new(&table_schema);
+        let indices = sections
+            .indices
+            .iter()
+            .map(|index| IndexMetadata::from_pb(index, &fields, &checksums))
+            .collect::<Result<Vec<_>>>()?;
+        let transaction = sections
+            .transaction
+            .as_ref()
+            .map(|tx| Transaction::from_pb(tx, sidecar.as_ref(), &fields, &checksums, &indices))
+            .transpose()?;
+        let timestamp_ms = message.timestamp.map_or(0, |ts| {
+            ts.seconds
+                .saturating_mul(1000)
+                .saturating_add(i64::from(ts.nanos) / 1_000_000)
+        });
+        if !message.transaction_file.is_empty() {
+            transaction_file_path(&message.transaction_file).map_err(|_| {
+                corrupt(format!(
+                    "transaction file {:?} leaves _transactions/",
+                    message.transaction_file
+                ))
+            })?;
+        }
         let manifest = Manifest {
             version: message.version,
-            schema: decode_schema(&message.schema)?,
+            schema: table_schema.to_arrow()?,
             fragments: message
                 .fragments
                 .iter()
-                .map(Fragment::from_proto)
+                .map(|fragment| Fragment::from_pb(fragment, &checksums))
                 .collect::<Result<Vec<_>>>()?,
-            max_fragment_id: message.max_fragment_id,
-            reader_flags: message.reader_flags,
-            writer_flags: message.writer_flags,
-            indices: message
-                .indices
-                .iter()
-                .map(IndexMetadata::from_proto)
-                .collect::<Result<Vec<_>>>()?,
-            timestamp_ms: message.timestamp_ms,
-            transaction: message
-                .transaction
-                .as_ref()
-                .map(Transaction::from_proto)
-                .transpose()?,
+            max_fragment_id: message.max_fragment_id.map(u64::from),
+            reader_flags: message.reader_feature_flags,
+            writer_flags: message.writer_feature_flags,
+            indices,
+            timestamp_ms,
+            transaction,
+            lance: LanceManifestFields {
+                schema: table_schema,
+                config: message.config,
+                table_metadata: message.table_metadata,
+                data_storage_version: message
+                    .data_format
+                    .map(|format| format.version)
+                    .unwrap_or_default(),
+                next_row_id: message.next_row_id,
+                max_allocated_field_id: message.max_allocated_field_id,
+                transaction_file: message.transaction_file,
+            },
         };
         manifest.validate()?;
         Ok(manifest)
@@ -218,28 +369,43 @@ impl Manifest {
         if self.version == 0 {
             return Err(corrupt("version 0 is not a valid manifest version".into()));
         }
-        if self.max_fragment_id > MAX_FRAGMENT_ID {
+        if self.max_fragment_id.is_some_and(|max| max > MAX_FRAGMENT_ID) {
             return Err(corrupt(format!(
-                "max_fragment_id {} exceeds {MAX_FRAGMENT_ID}",
+                "max_fragment_id {:?} exceeds {MAX_FRAGMENT_ID}",
                 self.max_fragment_id
             )));
         }
         let mut seen = HashSet::with_capacity(self.fragments.len());
         for fragment in &self.fragments {
             fragment.validate()?;
-            if fragment.id == 0 {
-                return Err(corrupt(
-                    "fragment id 0 is reserved for unassigned fragments".into(),
-                ));
-            }
             if !seen.insert(fragment.id) {
                 return Err(corrupt(format!("duplicate fragment id {}", fragment.id)));
             }
-            if fragment.id > self.max_fragment_id {
+            if self.max_fragment_id.is_none_or(|max| fragment.id > max) {
                 return Err(corrupt(format!(
-                    "fragment id {} is above max_fragment_id {}",
+                    "fragment id {} is above max_fragment_id {:?}",
                     fragment.id, self.max_fragment_id
                 )));
+            }
+        }
+        let field_ids: HashSet<i32> = self.lance.schema.fields.iter().map(|field| field.id).collect();
+        for fragment in &self.fragments {
+            for file in &fragment.files {
+                // Lance marks a dropped column's slot with -2.
+                if let Some(id) = file.layout.fields.iter().find(|id| **id != DROPPED_FIELD_ID && !field_ids.contains(id)) {
+                    return Err(corrupt(format!(
+                        "data file {} stores field id {id}, which the schema does not have",
+                        file.path
+                    )));
+                }
+                if file.layout.fields.len() != file.layout.column_indices.len() {
+                    return Err(corrupt(format!(
+                        "data file {} records {} fields but {} column indices",
+                        file.path,
+                        file.layout.fields.len(),
+                        file.layout.column_indices.len()
+                    )));
+                }
             }
         }
         let mut uuids = HashSet::with_capacity(self.indices.len());
@@ -292,52 +458,6 @@ impl DeepSize for Manifest {
         // The schema and transaction are small next to fragment lists; a fixed
         // allowance per field keeps the estimate honest without walking them.
         std::mem::size_of::<Manifest>() + fragments + indices + self.schema.fields().len() * 128
-    }
-}
-
-/// The schema as an Arrow IPC stream holding only the schema message.
-pub(crate) fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
-    let mut buffer = Vec::new();
-    let mut writer = StreamWriter::try_new(&mut buffer, schema)
-        .map_err(|err| Error::external("encoding the schema as Arrow IPC", err))?;
-    writer
-        .finish()
-        .map_err(|err| Error::external("encoding the schema as Arrow IPC", err))?;
-    drop(writer);
-    Ok(buffer)
-}
-
-/// Decodes an Arrow IPC schema stream (flatbuffers are verified by arrow).
-pub(crate) fn decode_schema(bytes: &[u8]) -> Result<SchemaRef> {
-    check_schema_framing(bytes)?;
-    // arrow-ipc verifies the flatbuffer but panics on values it does not support
-    // (e.g. an Int of bit width 91). Decoding touches only `bytes` and locals,
-    // so a caught panic leaves no broken state behind: report it as Corrupt.
-    let decoded = std::panic::catch_unwind(|| StreamReader::try_new(Cursor::new(bytes), None))
-        .map_err(|_| Error::corrupt("manifest", "schema holds an unsupported Arrow type"))?;
-    let reader = decoded
-        .map_err(|err| Error::corrupt("manifest", format!("schema does not decode: {err}")))?;
-    Ok(reader.schema())
-}
-
-/// The IPC stream reader allocates the length its first message claims before
-/// reading it; refuse a claim larger than the bytes present, so a few hostile
-/// bytes cannot make it allocate gigabytes.
-fn check_schema_framing(bytes: &[u8]) -> Result<()> {
-    const CONTINUATION: [u8; 4] = [0xFF; 4];
-    let rest = bytes.strip_prefix(&CONTINUATION[..]).unwrap_or(bytes);
-    let claimed = rest
-        .get(..4)
-        .and_then(|prefix| <[u8; 4]>::try_from(prefix).ok())
-        .map(i32::from_le_bytes)
-        .ok_or_else(|| corrupt("schema is truncated before its length prefix".into()))?;
-    // `rest` holds at least the 4 prefix bytes (the `get` above succeeded).
-    let available = rest.len() - 4;
-    match usize::try_from(claimed) {
-        Ok(claimed) if claimed <= available => Ok(()),
-        _ => Err(corrupt(format!(
-            "schema message claims {claimed} bytes but only {available} follow"
-        ))),
     }
 }
 

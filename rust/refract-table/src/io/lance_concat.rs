@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use arrow_schema::Schema as ArrowSchema;
+
 use lance_file::concat::{
     concat_files, EncodedFileInput, FileConcatOptions, FileConcatResult, FileConcatTarget,
 };
@@ -66,7 +66,7 @@ pub enum ConcatOutcome {
 pub async fn concat_lance_files(
     store: &DatasetStore,
     inputs: &[ConcatInput],
-    schema: &ArrowSchema,
+    schema: &lance_core::datatypes::Schema,
     output: &RelativePath,
 ) -> Result<ConcatOutcome> {
     if inputs.len() < 2 {
@@ -77,9 +77,7 @@ pub async fn concat_lance_files(
     }
     ensure_absent(store, output).await?;
     check_input_sizes(inputs)?;
-    let lance_schema = lance_core::datatypes::Schema::try_from(schema)
-        .map_err(|e| Error::invalid_input(format!("schema of Lance file {output}: {e}")))?;
-    let target = FileConcatTarget::new(FILE_VERSION, Arc::new(lance_schema));
+    let target = FileConcatTarget::new(FILE_VERSION, Arc::new(schema.clone()));
     let task = tokio::spawn(run_concat(
         store.clone(),
         inputs.to_vec(),

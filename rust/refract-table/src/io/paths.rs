@@ -16,6 +16,8 @@ use uuid::Uuid;
 
 /// Directory holding the manifests.
 pub const VERSIONS_DIR: &str = "_versions";
+/// Directory holding one Lance transaction file per commit.
+pub const TRANSACTIONS_DIR: &str = "_transactions";
 /// Directory holding the Lance data files.
 pub const DATA_DIR: &str = "data";
 /// Directory holding the deletion files.
@@ -160,10 +162,32 @@ impl<'de> Deserialize<'de> for RelativePath {
     }
 }
 
-/// `_versions/{version:020}.manifest` — zero padded so lexical order is numeric order.
+/// `_versions/{u64::MAX - version:020}.manifest` — Lance's V2 naming: the
+/// newest version sorts first in a listing.
 pub fn manifest_path(version: u64) -> RelativePath {
     // Digits, a dot and a fixed directory: always valid.
-    RelativePath(format!("{VERSIONS_DIR}/{version:020}.manifest"))
+    RelativePath(format!("{VERSIONS_DIR}/{:020}.manifest", u64::MAX - version))
+}
+
+/// The version a manifest file name in `_versions/` stands for: Lance's V2
+/// naming (20 digits, `u64::MAX - version`) or V1 naming (`{version}`, fewer
+/// digits). Other names are not manifests.
+pub fn parse_manifest_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".manifest")?;
+    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    let number: u64 = digits.parse().ok()?;
+    let version = if digits.len() == 20 { u64::MAX - number } else { number };
+    (version > 0).then_some(version)
+}
+
+/// `_transactions/<file_name>`; `file_name` must be a single valid segment.
+///
+/// # Errors
+/// [`Error::PathEscape`] when `file_name` is not a single valid segment.
+pub fn transaction_file_path(file_name: &str) -> Result<RelativePath> {
+    single_segment_path(TRANSACTIONS_DIR, file_name)
 }
 
 /// `data/<file_name>`; `file_name` must be a single valid segment.

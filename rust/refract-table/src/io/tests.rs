@@ -783,7 +783,7 @@ async fn deletion_files_round_trip_and_detect_corruption(#[case] backend: Backen
     for offset in [0, 5, 99, 70_000] {
         dv.insert(offset);
     }
-    let written = write_deletion_file(&store, 7, &dv).await.unwrap();
+    let written = write_deletion_file(&store, 7, 1, &dv).await.unwrap();
     assert_eq!(written.num_deleted_rows, 4);
     assert_eq!(written.path.top_level_dir(), "_deletions");
     assert!(written.path.file_name().starts_with("7-"));
@@ -792,7 +792,7 @@ async fn deletion_files_round_trip_and_detect_corruption(#[case] backend: Backen
     assert_eq!(back, dv);
 
     // A second write never reuses the name.
-    let again = write_deletion_file(&store, 7, &dv).await.unwrap();
+    let again = write_deletion_file(&store, 7, 1, &dv).await.unwrap();
     assert_ne!(again.path, written.path);
 
     // Offsets beyond the fragment, garbage bytes, truncation, a flipped bit

@@ -102,6 +102,7 @@ impl Dataset {
         let deletion = write_deletion_file(
             self.store(),
             fragment.id,
+            self.version(),
             &DeletionVector::from_bitmap(union),
         )
         .await?;

@@ -251,6 +251,7 @@ fn index_over(fragments: &[u32]) -> refract_table::IndexMetadata {
         index_version: 1,
         dataset_version: 2,
         files: Vec::new(),
+        lance: Default::default(),
     }
 }
 

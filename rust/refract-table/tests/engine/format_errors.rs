@@ -2,11 +2,9 @@
 //! escapes, unknown feature flags.
 
 use bytes::Bytes;
-use prost::Message;
 use refract_core::Error;
 use refract_ledger::flags::{ClientFeatures, FLAG_FRAGMENT_REUSE_INDEX, FLAG_UNKNOWN};
-use refract_table::format::manifest::manifest_body;
-use refract_table::format::proto;
+use refract_table::testing::{open_manifest, pb, ManifestParts};
 use refract_table::io::manifest_path;
 use refract_table::{Dataset, Manifest, OpenOptions, VersionEntry};
 use rstest::rstest;
@@ -25,10 +23,10 @@ async fn publish_raw(dataset: &Dataset, bytes: Bytes) -> u64 {
 }
 
 /// The latest manifest as a protobuf message, with `version` bumped.
-fn next_message(dataset: &Dataset) -> proto::Manifest {
+fn next_message(dataset: &Dataset) -> ManifestParts {
     let bytes = dataset.manifest().encode().unwrap();
-    let mut message = proto::Manifest::decode(manifest_body(&bytes).unwrap()).unwrap();
-    message.version += 1;
+    let mut message = open_manifest(&bytes).unwrap();
+    message.manifest.version += 1;
     message
 }
 
@@ -97,7 +95,7 @@ fn break_bytes(real: &[u8], breakage: Breakage) -> Bytes {
 async fn corrupt_latest_manifest_is_a_corrupt_error(#[case] breakage: Breakage) {
     let location = location(Backend::Local);
     let dataset = create_with_rows(&location.uri, 10, 10).await;
-    let real = next_message(&dataset).encode_to_vec();
+    let real = next_message(&dataset).seal().to_vec();
     let version = publish_raw(&dataset, break_bytes(&real, breakage)).await;
     let err = Dataset::open(&location.uri).await.unwrap_err();
     assert_names_manifest(&err, version);
@@ -199,8 +197,8 @@ async fn every_manifest_error_names_its_version_and_file() {
     );
     // Validation: a manifest stored under another version's name.
     let mut message = next_message(&dataset);
-    message.version += 5;
-    let version = publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    message.manifest.version += 5;
+    let version = publish_raw(&dataset, message.seal()).await;
     let err = Dataset::open(&location.uri).await.unwrap_err();
     assert_names_manifest(&err, version);
     assert!(
@@ -209,15 +207,15 @@ async fn every_manifest_error_names_its_version_and_file() {
     );
     // A path leaving the root is damage, naming the manifest holding it.
     let mut message = next_message(&dataset);
-    message.version = version + 1;
-    message.fragments[0].files[0].path = "../x.lance".into();
-    damage_manifest(&dataset, version + 1, Bytes::from(message.encode_to_vec())).await;
+    message.manifest.version = version + 1;
+    message.manifest.fragments[0].files[0].path = "../x.lance".into();
+    damage_manifest(&dataset, version + 1, message.seal()).await;
     let err = Dataset::open(&location.uri).await.unwrap_err();
     assert_names_manifest(&err, version + 1);
     assert_eq!(
         err.to_string(),
         format!(
-            "corrupt manifest of version {} ({}): file path \"../x.lance\" leaves the dataset root",
+            "corrupt manifest of version {} ({}): file path \"data/../x.lance\" leaves the dataset root",
             version + 1,
             manifest_path(version + 1)
         )
@@ -235,32 +233,33 @@ async fn path_escapes_in_manifest_are_corrupt(#[case] path: &str) {
     let location = location(Backend::Memory);
     let dataset = create_with_rows(&location.uri, 10, 10).await;
     let mut message = next_message(&dataset);
-    message.fragments[0].files[0].path = path.to_string();
-    publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    message.manifest.fragments[0].files[0].path = path.to_string();
+    publish_raw(&dataset, message.seal()).await;
     let err = Dataset::open(&location.uri).await.unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     assert!(
         err.to_string()
-            .ends_with(&format!("file path {path:?} leaves the dataset root")),
+            .ends_with(&format!("file path {:?} leaves the dataset root", format!("data/{path}"))),
         "{err}"
     );
 }
 
 #[rstest]
-#[case::duplicate_ids(|m: &mut proto::Manifest| { let f = m.fragments[0].clone(); m.fragments.push(f); })]
-#[case::rows_mismatch(|m: &mut proto::Manifest| m.fragments[0].files[0].num_rows += 1)]
-#[case::id_above_max(|m: &mut proto::Manifest| m.max_fragment_id = 0)]
-#[case::tombstone_id(|m: &mut proto::Manifest| { m.fragments[0].id = u32::MAX as u64; m.max_fragment_id = u32::MAX as u64; })]
-#[case::too_many_deleted(|m: &mut proto::Manifest| m.fragments[0].deletion_file = Some(proto::DeletionFile { path: "_deletions/1-x.bin".into(), num_deleted_rows: 11, checksum: None }))]
-#[case::bad_schema(|m: &mut proto::Manifest| m.schema = vec![1, 2, 3])]
-#[case::one_sided_fri(|m: &mut proto::Manifest| m.reader_flags |= FLAG_FRAGMENT_REUSE_INDEX)]
+#[case::duplicate_ids(|m: &mut pb::Manifest| { let f = m.fragments[0].clone(); m.fragments.push(f); })]
+#[case::fields_columns_mismatch(|m: &mut pb::Manifest| { m.fragments[0].files[0].column_indices.pop(); })]
+#[case::id_above_max(|m: &mut pb::Manifest| m.max_fragment_id = Some(0))]
+#[case::no_max_id(|m: &mut pb::Manifest| m.max_fragment_id = None)]
+#[case::tombstone_id(|m: &mut pb::Manifest| { m.fragments[0].id = u32::MAX as u64; m.max_fragment_id = Some(u32::MAX); })]
+#[case::too_many_deleted(|m: &mut pb::Manifest| m.fragments[0].deletion_file = Some(pb::DeletionFile { file_type: 1, read_version: 1, id: 7, num_deleted_rows: 11, base_id: None }))]
+#[case::bad_schema(|m: &mut pb::Manifest| m.fields[0].logical_type = "no-such-type".into())]
+#[case::one_sided_fri(|m: &mut pb::Manifest| m.reader_feature_flags |= FLAG_FRAGMENT_REUSE_INDEX)]
 #[tokio::test]
-async fn inconsistent_manifests_are_corrupt(#[case] damage: fn(&mut proto::Manifest)) {
+async fn inconsistent_manifests_are_corrupt(#[case] damage: fn(&mut pb::Manifest)) {
     let location = location(Backend::Memory);
     let dataset = create_with_rows(&location.uri, 10, 10).await;
     let mut message = next_message(&dataset);
-    damage(&mut message);
-    publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    damage(&mut message.manifest);
+    publish_raw(&dataset, message.seal()).await;
     let err = Dataset::open(&location.uri).await.unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
@@ -270,8 +269,8 @@ async fn unknown_reader_flag_is_refused_on_open() {
     let location = location(Backend::Memory);
     let dataset = create_with_rows(&location.uri, 10, 10).await;
     let mut message = next_message(&dataset);
-    message.reader_flags |= FLAG_UNKNOWN;
-    publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    message.manifest.reader_feature_flags |= FLAG_UNKNOWN;
+    publish_raw(&dataset, message.seal()).await;
     let err = Dataset::open(&location.uri).await.unwrap_err();
     assert!(matches!(err, Error::NotSupported { .. }), "{err}");
 }
@@ -281,8 +280,8 @@ async fn unknown_writer_flag_is_refused_on_write() {
     let location = location(Backend::Memory);
     let dataset = create_with_rows(&location.uri, 10, 10).await;
     let mut message = next_message(&dataset);
-    message.writer_flags |= FLAG_UNKNOWN << 5;
-    publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    message.manifest.writer_feature_flags |= FLAG_UNKNOWN << 5;
+    publish_raw(&dataset, message.seal()).await;
     let mut latest = Dataset::open(&location.uri).await.unwrap();
     assert_eq!(scan_ids(&latest).await, (0..10).collect::<Vec<_>>());
     let err = latest
@@ -307,9 +306,9 @@ async fn pre_fri_client_refuses_the_fri_flag_pair() {
     let location = location(Backend::Memory);
     let dataset = create_with_rows(&location.uri, 10, 10).await;
     let mut message = next_message(&dataset);
-    message.reader_flags |= FLAG_FRAGMENT_REUSE_INDEX;
-    message.writer_flags |= FLAG_FRAGMENT_REUSE_INDEX;
-    publish_raw(&dataset, Bytes::from(message.encode_to_vec())).await;
+    message.manifest.reader_feature_flags |= FLAG_FRAGMENT_REUSE_INDEX;
+    message.manifest.writer_feature_flags |= FLAG_FRAGMENT_REUSE_INDEX;
+    publish_raw(&dataset, message.seal()).await;
     let old_client = OpenOptions {
         features: ClientFeatures::before_fri(),
         ..OpenOptions::default()

@@ -47,6 +47,8 @@ use refract_core::checksum::FileChecksum;
 
 /// The Lance file format version Refract writes.
 pub(crate) const FILE_VERSION: ConcreteFileVersion = ConcreteFileVersion::V2_2;
+/// The version of the data files Refract writes (the manifest's default).
+pub const DATA_FILE_VERSION: ConcreteFileVersion = FILE_VERSION;
 /// Rows per batch for [`LanceFileReader::read_all`] and [`LanceFileReader::take`].
 const DEFAULT_BATCH_ROWS: u32 = 65_536;
 /// Size of the fixed Lance v2 footer; no valid file is shorter.
@@ -84,6 +86,8 @@ pub struct LanceFileSummary {
     pub size_bytes: u64,
     /// Block checksums of the file's bytes, taken as they were written.
     pub checksum: FileChecksum,
+    /// (field id, column) of every field the file stores.
+    pub field_columns: Vec<(u32, u32)>,
 }
 
 /// True if some error in the source chain of `err` satisfies `matches`.

@@ -1,6 +1,8 @@
 //! Writing Lance files: data files, index files and row maps.
 
 use arrow_array::RecordBatch;
+use std::sync::Arc;
+
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use lance_file::versions;
@@ -45,6 +47,34 @@ impl LanceFileWriter {
         schema: SchemaRef,
         layout: PageLayout,
     ) -> Result<Self> {
+        let lance_schema = lance_core::datatypes::Schema::try_from(schema.as_ref())
+            .map_err(|e| Error::invalid_input(format!("schema of Lance file {path}: {e}")))?;
+        Self::create_with_schema(store, path, schema, lance_schema, layout).await
+    }
+
+    /// Starts a data file of a table with `table_schema`: the file's field
+    /// ids are the table's, as Lance's readers expect.
+    ///
+    /// # Errors
+    /// As [`Self::create`]; Corrupt when the table schema does not decode.
+    pub async fn create_data_file(
+        store: &DatasetStore,
+        path: &RelativePath,
+        table_schema: &crate::format::TableSchema,
+        layout: PageLayout,
+    ) -> Result<Self> {
+        let lance_schema = table_schema.to_lance()?;
+        let schema = Arc::new(arrow_schema::Schema::from(&lance_schema));
+        Self::create_with_schema(store, path, schema, lance_schema, layout).await
+    }
+
+    async fn create_with_schema(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+        lance_schema: lance_core::datatypes::Schema,
+        layout: PageLayout,
+    ) -> Result<Self> {
         let options = match layout {
             PageLayout::Buffered => FileWriterOptions::default(),
             PageLayout::KeepBatches => FileWriterOptions {
@@ -74,22 +104,21 @@ impl LanceFileWriter {
                         .unwrap_or(usize::MAX)
                         .max(store.min_part_bytes()),
                 };
-                return Self::create_into(store, path, schema, options, sink).await;
+                return Self::create_into(store, path, schema, lance_schema, options, sink).await;
             }
         };
-        Self::create_into(store, path, schema, options, Sink::Lance).await
+        Self::create_into(store, path, schema, lance_schema, options, Sink::Lance).await
     }
 
     async fn create_into(
         store: &DatasetStore,
         path: &RelativePath,
         schema: SchemaRef,
+        lance_schema: lance_core::datatypes::Schema,
         options: FileWriterOptions,
         sink: Sink,
     ) -> Result<Self> {
         ensure_absent(store, path).await?;
-        let lance_schema = lance_core::datatypes::Schema::try_from(schema.as_ref())
-            .map_err(|e| Error::invalid_input(format!("schema of Lance file {path}: {e}")))?;
         let object_writer: Box<dyn lance_io::traits::Writer> = match sink {
             Sink::Lance => store
                 .lance_store()
@@ -184,12 +213,13 @@ impl LanceFileWriter {
             .finish()
             .await
             .map_err(|e| lance_error("finishing", &self.path, e, false))?;
-        let summary = written_summary(
+        let mut summary = written_summary(
             &self.path,
             summary.num_rows,
             summary.size_bytes,
             &self.checksum,
         )?;
+        summary.field_columns = self.inner.field_id_to_column_indices().to_vec();
         self.store
             .record_written(&self.path, summary.size_bytes, summary.checksum.clone());
         Ok(summary)
@@ -223,5 +253,6 @@ pub(crate) fn written_summary(
         num_rows,
         size_bytes,
         checksum,
+        field_columns: Vec::new(),
     })
 }
