@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::commit::fri_entry::{is_fri_entry, load_ledger_of};
 use crate::format::Manifest;
-use crate::io::paths::{index_dir, row_map_path};
+use crate::io::paths::{index_dir, row_map_path, transaction_file_path};
 use crate::io::{DatasetStore, RelativePath};
 use crate::transaction::Operation;
 
@@ -27,6 +27,8 @@ pub enum FileKind {
     FriLedger,
     /// A stable-partition row map.
     RowMap,
+    /// Lance's transaction file of the version (`_transactions/`).
+    Transaction,
 }
 
 /// One file a version references.
@@ -103,6 +105,22 @@ pub async fn version_references(
                 size_bytes: Some(file.size_bytes),
                 checksum: Some(file.checksum.clone()),
             }));
+        references
+            .files
+            .extend(index.lance.unverified_files.iter().map(|(path, size)| ReferencedFile {
+                path: path.clone(),
+                kind,
+                size_bytes: Some(*size),
+                checksum: None,
+            }));
+    }
+    if !manifest.lance.transaction_file.is_empty() {
+        references.files.push(ReferencedFile {
+            path: transaction_file_path(&manifest.lance.transaction_file)?,
+            kind: FileKind::Transaction,
+            size_bytes: None,
+            checksum: None,
+        });
     }
     if let Some(txn) = &manifest.transaction {
         if let Operation::Partition {

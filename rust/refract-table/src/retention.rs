@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use crate::cleanup::{is_referenced, referenced_paths};
 use crate::dataset::{list_versions, Dataset};
-use crate::io::paths::{DATA_DIR, DELETIONS_DIR, FRI_DIR, INDICES_DIR, VERSIONS_DIR};
+use crate::io::paths::{DATA_DIR, DELETIONS_DIR, FRI_DIR, INDICES_DIR, TRANSACTIONS_DIR, VERSIONS_DIR};
 use crate::io::{manifest_path, RelativePath};
 use crate::references::{version_references, FileKind};
 use crate::tags::list_tags_in;
@@ -228,7 +228,7 @@ async fn expired_only_files(
     expired_dirs: &BTreeSet<String>,
 ) -> Result<Vec<(RelativePath, RemovedFile)>> {
     let mut out = Vec::new();
-    for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR, FRI_DIR] {
+    for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR, FRI_DIR, TRANSACTIONS_DIR] {
         for object in dataset.store().list(&RelativePath::parse(dir)?).await? {
             let path = object.path.as_str();
             let kind = match expired_files.get(path) {
@@ -334,6 +334,11 @@ mod tests {
             .chain(&v4)
             .map(|p| (p.clone(), Some(FileKind::Deletion)))
             .collect();
+        for version in 2..=4 {
+            let expired = dataset.checkout_version(version).await.unwrap();
+            let name = &expired.manifest().lance.transaction_file;
+            expected.push((format!("_transactions/{name}"), Some(FileKind::Transaction)));
+        }
         expected.sort();
         expected.extend((1..=4).map(|v| (manifest_path(v).to_string(), None)));
         let removed: Vec<(String, Option<FileKind>)> = report
@@ -406,7 +411,7 @@ mod tests {
         let deleted: Vec<&str> = report
             .removed
             .iter()
-            .filter(|f| f.kind.is_some())
+            .filter(|f| f.kind.is_some_and(|kind| kind != FileKind::Transaction))
             .map(|f| f.path.as_str())
             .collect();
         assert_eq!(deleted, v4_only);

@@ -256,9 +256,9 @@ mod tests {
             .await
             .unwrap();
         assert!(report.is_clean(), "{report:?}");
-        // Three data files and one deletion file.
-        assert_eq!(report.files_verified, 4);
-        assert_eq!(*seen.lock().unwrap(), vec![1, 2, 3, 4]);
+        // Three data files, one deletion file and the transaction file.
+        assert_eq!(report.files_verified, 4, "{report:?}");
+        assert_eq!(*seen.lock().unwrap(), vec![1, 2, 3, 4, 5]);
         let data: u64 = dataset.fragments().iter().map(|f| f.size_bytes()).sum();
         assert!(report.bytes_verified > data, "{report:?}");
     }

@@ -47,14 +47,16 @@ async fn dataset_with_orphans(rig: &FaultRig) -> Vec<RelativePath> {
         .list_orphan_files(Duration::ZERO)
         .await
         .unwrap();
-    assert_eq!(orphans.len(), 3, "{orphans:?}");
+    // Two appended data files, a deletion file, and the two failed
+    // commits' transaction files.
+    assert_eq!(orphans.len(), 5, "{orphans:?}");
     orphans
 }
 
 /// Files under data/ and _deletions/.
 async fn stored_files(dataset: &Dataset) -> Vec<RelativePath> {
     let mut files = Vec::new();
-    for dir in ["data", "_deletions"] {
+    for dir in ["data", "_deletions", "_transactions"] {
         let prefix = RelativePath::parse(dir).unwrap();
         files.extend(
             dataset
@@ -86,13 +88,14 @@ async fn deletes_exactly_the_orphans_and_keeps_every_version_readable(#[case] ba
         .await
         .unwrap();
     assert!(report.deleted.is_empty());
-    assert_eq!(report.kept_referenced, (all_files.len() - 3) as u64);
+    assert_eq!(report.kept_referenced, (all_files.len() - 5) as u64);
     assert_eq!(stored_files(&dataset).await, all_files);
 
     let report = cleanup_orphans(&dataset, Duration::ZERO).await.unwrap();
     assert_eq!(report.deleted, orphans);
-    // 3 data files + the deletion file of version 3.
-    assert_eq!(report.kept_referenced, 4);
+    // 3 data files, the deletion file of version 3 and the transaction
+    // files of versions 2 and 3.
+    assert_eq!(report.kept_referenced, 6);
     let remaining: Vec<RelativePath> = all_files
         .into_iter()
         .filter(|f| !orphans.contains(f))
@@ -106,7 +109,7 @@ async fn deletes_exactly_the_orphans_and_keeps_every_version_readable(#[case] ba
     // Idempotent.
     let again = cleanup_orphans(&dataset, Duration::ZERO).await.unwrap();
     assert!(again.deleted.is_empty());
-    assert_eq!(again.kept_referenced, 4);
+    assert_eq!(again.kept_referenced, 6);
 }
 
 #[rstest]

@@ -7,6 +7,7 @@ use refract_core::{Error, Result};
 use refract_ledger::flags::FLAG_DELETION_FILES;
 use uuid::Uuid;
 
+use crate::format::fragment::FIRST_FRAGMENT_ID;
 use crate::format::{Fragment, IndexMetadata, Manifest, MAX_FRAGMENT_ID};
 use crate::transaction::{Operation, RewriteGroup, Transaction};
 
@@ -26,7 +27,7 @@ struct IdAllocator {
 
 impl IdAllocator {
     fn next(&mut self) -> Result<u64> {
-        let next = self.max.map_or(0, |max| max + 1);
+        let next = self.max.map_or(FIRST_FRAGMENT_ID, |max| max + 1);
         if next > MAX_FRAGMENT_ID {
             return Err(Error::not_supported(
                 "fragment ids are exhausted (2^32 - 1 fragments were created)",
@@ -140,6 +141,7 @@ pub(crate) fn build_candidate(
     };
     next.max_fragment_id = ids.max.max(next.max_fragment_id);
     next.derive_flags();
+    next.lance.transaction_file = format!("{}-{}.txn", txn.read_version, txn.uuid.hyphenated());
     next.version = base.version + 1;
     next.timestamp_ms = timestamp_ms;
     next.transaction = Some(Transaction {

@@ -27,7 +27,9 @@ use async_trait::async_trait;
 use refract_core::{Error, Result};
 
 use crate::dataset::Dataset;
-use crate::format::Manifest;
+use crate::format::{DeletionFileRef, Fragment, Manifest};
+use crate::io::deletion_file::copy_for_fragment;
+use crate::io::{DatasetStore, RelativePath};
 use crate::io::manifest_path;
 use crate::transaction::{Operation, Transaction};
 use build::build_candidate;
@@ -127,8 +129,14 @@ async fn commit_transaction(
                 .await?;
         }
         gate::admit(&latest, &mut candidate.manifest).await?;
-        let manifest = candidate.manifest;
+        let mut manifest = candidate.manifest;
+        rename_renumbered_deletions(handle.store(), &mut manifest).await?;
         let bytes = manifest.encode()?;
+        // Lance's readers and conflict resolution find the transaction in
+        // its own file, written before the manifest names it.
+        if let Some((txn_path, txn_bytes)) = manifest.encode_transaction_file()? {
+            handle.store().put(&txn_path, txn_bytes).await?;
+        }
         let path = manifest_path(manifest.version);
         match handle.store().put_if_absent(&path, bytes).await {
             Ok(true) => return Ok(handle.publish(manifest).await),
@@ -144,6 +152,50 @@ async fn commit_transaction(
         format!("gave up after {MAX_COMMIT_ATTEMPTS} lost commit races"),
         true,
     ))
+}
+
+/// Gives every deletion file of a fragment renumbered at commit the name
+/// Lance derives from its final id (in the fragment list and in the
+/// transaction alike).
+async fn rename_renumbered_deletions(store: &DatasetStore, manifest: &mut Manifest) -> Result<()> {
+    let mut renamed: Vec<(RelativePath, DeletionFileRef)> = Vec::new();
+    for fragment in &mut manifest.fragments {
+        if let Some(file) = &fragment.deletion_file {
+            let copied = copy_for_fragment(store, file, fragment.id).await?;
+            if copied.path != file.path {
+                renamed.push((file.path.clone(), copied.clone()));
+                fragment.deletion_file = Some(copied);
+            }
+        }
+    }
+    if renamed.is_empty() {
+        return Ok(());
+    }
+    let Some(txn) = manifest.transaction.as_mut() else {
+        return Ok(());
+    };
+    let fragments: Vec<&mut Fragment> = match &mut txn.operation {
+        Operation::Append { fragments } => fragments.iter_mut().collect(),
+        Operation::Delete {
+            updated_fragments, ..
+        } => updated_fragments.iter_mut().collect(),
+        Operation::Rewrite { groups, .. } => groups
+            .iter_mut()
+            .flat_map(|group| group.new_fragments.iter_mut())
+            .collect(),
+        Operation::Partition { destinations, .. } => destinations.iter_mut().collect(),
+        Operation::CreateIndex { .. } | Operation::Restore { .. } | Operation::Lance { .. } => {
+            Vec::new()
+        }
+    };
+    for fragment in fragments {
+        if let Some(file) = &fragment.deletion_file {
+            if let Some((_, copied)) = renamed.iter().find(|(old, _)| *old == file.path) {
+                fragment.deletion_file = Some(copied.clone());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What a failed put left behind.

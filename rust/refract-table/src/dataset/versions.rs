@@ -7,8 +7,8 @@ use refract_core::{Error, Result};
 
 use super::{list_versions, Dataset, OpenOptions};
 use crate::format::Manifest;
-use crate::io::paths::{DATA_DIR, DELETIONS_DIR, INDICES_DIR};
-use crate::io::{index_dir, RelativePath};
+use crate::io::paths::{DATA_DIR, DELETIONS_DIR, INDICES_DIR, TRANSACTIONS_DIR};
+use crate::io::RelativePath;
 
 /// One committed version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,9 +112,9 @@ impl Dataset {
             - chrono::Duration::from_std(older_than)
                 .map_err(|_| Error::invalid_input("older_than is too large"))?;
         let mut orphans = Vec::new();
-        for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR] {
+        for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR, TRANSACTIONS_DIR] {
             for object in self.store.list(&RelativePath::parse(dir)?).await? {
-                if object.last_modified >= cutoff || is_referenced(&referenced, &object.path) {
+                if object.last_modified >= cutoff || crate::cleanup::is_referenced(&referenced, &object.path) {
                     continue;
                 }
                 orphans.push(object.path);
@@ -124,24 +124,11 @@ impl Dataset {
         Ok(orphans)
     }
 
-    /// Paths (files, and index directories with a trailing `/`) referenced by any version.
+    /// Paths (files, and index and row-map directories with a trailing
+    /// `/`) referenced by any version.
     async fn referenced_paths(&self) -> Result<HashSet<String>> {
-        let mut referenced = HashSet::new();
-        for version in list_versions(&self.store).await? {
-            let manifest = self.load_manifest(version).await?;
-            for fragment in &manifest.fragments {
-                for file in &fragment.files {
-                    referenced.insert(file.path.as_str().to_string());
-                }
-                if let Some(deletion) = &fragment.deletion_file {
-                    referenced.insert(deletion.path.as_str().to_string());
-                }
-            }
-            for index in &manifest.indices {
-                referenced.insert(index_dir(&index.uuid).as_str().to_string());
-            }
-        }
-        Ok(referenced)
+        let versions = list_versions(&self.store).await?;
+        crate::cleanup::referenced_paths(self, &versions).await
     }
 }
 
@@ -158,14 +145,3 @@ fn version_info(manifest: &Manifest) -> VersionInfo {
     }
 }
 
-fn is_referenced(referenced: &HashSet<String>, path: &RelativePath) -> bool {
-    if referenced.contains(path.as_str()) {
-        return true;
-    }
-    // Index files live under `_indices/<uuid>/`: referenced through their directory.
-    let mut segments = path.as_str().splitn(3, '/');
-    match (segments.next(), segments.next()) {
-        (Some(INDICES_DIR), Some(uuid)) => referenced.contains(&format!("{INDICES_DIR}/{uuid}/")),
-        _ => false,
-    }
-}

@@ -16,6 +16,11 @@ use crate::io::RelativePath;
 /// The largest usable fragment id; `u32::MAX` is reserved as a tombstone.
 pub const MAX_FRAGMENT_ID: u64 = u32::MAX as u64 - 1;
 
+/// The id Refract gives a table's first fragment. Lance's writer starts at
+/// 0; ids only need to be unique in a table's history, and every later id
+/// is the recorded maximum plus one, whoever writes.
+pub const FIRST_FRAGMENT_ID: u64 = 1;
+
 /// A fragment can address at most 2^32 rows (offsets are u32).
 pub const MAX_PHYSICAL_ROWS: u64 = 1 << 32;
 

@@ -19,7 +19,7 @@ use refract_ledger::flags::{
     check_fri_flag_pair, FLAG_DELETION_FILES, FLAG_MIXED_DATA_FILE_VERSIONS, FLAG_TABLE_CONFIG,
 };
 
-use super::fragment::{Fragment, MAX_FRAGMENT_ID};
+use super::fragment::{Fragment, FIRST_FRAGMENT_ID, MAX_FRAGMENT_ID};
 use super::framing::{frame, unframe};
 use super::index::IndexMetadata;
 use super::schema::{FieldPaths, TableSchema};
@@ -177,7 +177,7 @@ impl Manifest {
 
     /// The id the next new fragment gets.
     pub fn next_fragment_id(&self) -> u64 {
-        self.max_fragment_id.map_or(0, |max| max + 1)
+        self.max_fragment_id.map_or(FIRST_FRAGMENT_ID, |max| max + 1)
     }
 
     /// The reader and writer flags this manifest's contents call for, on top
@@ -191,12 +191,15 @@ impl Manifest {
         if !self.lance.config.is_empty() {
             self.writer_flags |= FLAG_TABLE_CONFIG;
         }
-        let default = lance_file::version::ConcreteFileVersion::from_manifest_string(&self.lance.data_storage_version).ok();
-        let mixed = self
-            .fragments
-            .iter()
-            .flat_map(|f| &f.files)
-            .any(|file| Some(file.layout.file_version) != default);
+        let default = lance_file::version::ConcreteFileVersion::from_manifest_string(
+            &self.lance.data_storage_version,
+        );
+        let mixed = default.is_ok_and(|default| {
+            self.fragments
+                .iter()
+                .flat_map(|f| &f.files)
+                .any(|file| file.layout.file_version != default)
+        });
         if mixed {
             self.reader_flags |= FLAG_MIXED_DATA_FILE_VERSIONS;
             self.writer_flags |= FLAG_MIXED_DATA_FILE_VERSIONS;
@@ -328,8 +331,8 @@ impl Manifest {
         if !message.transaction_file.is_empty() {
             transaction_file_path(&message.transaction_file).map_err(|_| {
                 corrupt(format!(
-                    "transaction file {:?} leaves _transactions/",
-                    message.transaction_file
+                    "file path {:?} leaves the dataset root",
+                    format!("_transactions/{}", message.transaction_file)
                 ))
             })?;
         }

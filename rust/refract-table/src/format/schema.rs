@@ -62,7 +62,12 @@ impl TableSchema {
     /// # Errors
     /// Corrupt (the manifest) when the recorded fields do not form a schema.
     pub fn to_arrow(&self) -> Result<SchemaRef> {
-        Ok(Arc::new(ArrowSchema::from(&self.to_lance()?)))
+        let lance = self.to_lance()?;
+        // lance-core unwraps logical types it does not know while converting;
+        // the conversion reads only `lance`, so a caught panic breaks nothing.
+        let arrow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ArrowSchema::from(&lance)))
+            .map_err(|_| Error::corrupt("manifest", "the schema holds an unsupported field type"))?;
+        Ok(Arc::new(arrow))
     }
 }
 

@@ -116,6 +116,30 @@ fn file_path(fragment_id: u64, read_version: u64, id: u64, kind: DeletionFileKin
     deletion_file_path(&format!("{fragment_id}-{read_version}-{id}.{}", kind.suffix()))
 }
 
+/// The same deletions under the name Lance derives for fragment
+/// `fragment_id`: a fragment renumbered at commit (its id is assigned then)
+/// needs its deletion file under its final id. Copies the bytes; the old
+/// name is left to orphan cleanup.
+///
+/// # Errors
+/// NotFound when `file` is missing; External for store failures.
+pub(crate) async fn copy_for_fragment(
+    store: &DatasetStore,
+    file: &DeletionFileRef,
+    fragment_id: u64,
+) -> Result<DeletionFileRef> {
+    let path = file_path(fragment_id, file.read_version, file.id, file.kind)?;
+    if path == file.path {
+        return Ok(file.clone());
+    }
+    let bytes = store.get(&file.path).await?;
+    store.put(&path, bytes).await?;
+    Ok(DeletionFileRef {
+        path,
+        ..file.clone()
+    })
+}
+
 /// Writes `dv` for `fragment_id` (a write that read `read_version`) under a
 /// fresh unique name, as a roaring bitmap.
 ///

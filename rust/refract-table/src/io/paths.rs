@@ -287,8 +287,12 @@ mod tests {
     fn typed_helpers_build_expected_layout() {
         assert_eq!(
             manifest_path(42).as_str(),
-            "_versions/00000000000000000042.manifest"
+            "_versions/18446744073709551573.manifest"
         );
+        assert_eq!(parse_manifest_name("18446744073709551573.manifest"), Some(42));
+        assert_eq!(parse_manifest_name("42.manifest"), Some(42));
+        assert_eq!(parse_manifest_name("18446744073709551615.manifest"), None);
+        assert_eq!(parse_manifest_name("x.manifest"), None);
         assert_eq!(data_file_path("f.lance").unwrap().as_str(), "data/f.lance");
         assert_eq!(
             deletion_file_path("1-a.bin").unwrap().as_str(),

@@ -236,8 +236,10 @@ async fn a_cleanly_failed_commit_leaves_the_previous_version() {
         .list_orphan_files(std::time::Duration::ZERO)
         .await
         .unwrap();
-    assert_eq!(orphans.len(), 1);
-    assert!(orphans[0].as_str().starts_with("data/"));
+    // The data file and the transaction file of the commit that failed.
+    assert_eq!(orphans.len(), 2, "{orphans:?}");
+    assert!(orphans[0].as_str().starts_with("_transactions/"));
+    assert!(orphans[1].as_str().starts_with("data/"));
 }
 
 fn index_over(fragments: &[u32]) -> refract_table::IndexMetadata {

@@ -174,7 +174,7 @@ async fn deleting_a_whole_fragment_removes_it() {
         .filter(|i| i % 25 != 0 && !(25..50).contains(i))
         .collect();
     assert_eq!(scan_ids(&dataset).await, expected);
-    assert_eq!(dataset.manifest().max_fragment_id, Some(3));
+    assert_eq!(dataset.manifest().max_fragment_id, Some(4));
 }
 
 #[rstest]
@@ -264,7 +264,7 @@ async fn rewrite_of_a_middle_run_keeps_scan_order() {
         .await
         .unwrap();
     assert_eq!(fragment_ids(&rewritten), vec![1, 6, 7, 5]);
-    assert_eq!(rewritten.manifest().max_fragment_id, Some(6));
+    assert_eq!(rewritten.manifest().max_fragment_id, Some(7));
     assert_eq!(scan_ids(&rewritten).await, (0..50).collect::<Vec<_>>());
     // Positions follow the list, not the ids; a clone shares the lookup.
     let positions: Vec<_> = [1, 5, 6, 7, 2]

@@ -37,7 +37,7 @@ async fn versions_checkout_and_restore() {
     assert_eq!(fragment_ids(&old), vec![1, 2]);
     assert_eq!(scan_ids(&old).await, (0..10).collect::<Vec<_>>());
     // max_fragment_id stays at the high-water mark; deletion flags stay set.
-    assert_eq!(old.manifest().max_fragment_id, Some(3));
+    assert_eq!(old.manifest().max_fragment_id, Some(4));
     assert_eq!(old.manifest().reader_flags, dataset.manifest().reader_flags);
     old.append(vec![rows(100, 2)], &opts(5)).await.unwrap();
     assert_eq!(fragment_ids(&old), vec![1, 2, 5]);

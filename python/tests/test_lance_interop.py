@@ -1,0 +1,123 @@
+"""One table, two engines: pylance 14.0.2 and Refract read and write the same
+Lance datasets, on local disk and on the test S3 server."""
+
+import lance
+import pyarrow as pa
+import pytest
+
+import refract
+from conftest import numbered, run_cli
+
+
+def lance_opts(options):
+    return {"storage_options": options} if options else {}
+
+
+def pylance(uri, options, **kwargs):
+    return lance.dataset(uri, **lance_opts(options), **kwargs)
+
+
+def assert_verifies(cli, uri, options):
+    """`refract verify` passes (local tables: the CLI takes S3 options from the environment)."""
+    if options is None:
+        status, out, err = run_cli(cli, "verify", uri)
+        assert status == 0, out + err
+
+
+def assert_same_rows(uri, options, version=None):
+    """Both engines return the same rows in the same order at `version`."""
+    theirs = pylance(uri, options, version=version).to_table()
+    ours = refract.dataset(uri, version=version, storage_options=options).to_table()
+    assert ours.to_pylist() == theirs.to_pylist()
+    return ours
+
+
+@pytest.mark.parametrize("storage_version", ["2.0", "2.1", "2.2"])
+def test_refract_reads_every_version_pylance_writes(location, storage_version, refract_cli):
+    uri, options = location
+    lance.write_dataset(
+        numbered(0, 100), uri, max_rows_per_file=30,
+        data_storage_version=storage_version, **lance_opts(options),
+    )
+    ds = pylance(uri, options)
+    ds.delete("id % 9 = 0")
+    lance.write_dataset(numbered(100, 130), uri, mode="append", **lance_opts(options))
+    ds = pylance(uri, options)
+    ds.update({"name": "'changed'"}, where="id < 5")
+    ds = pylance(uri, options)
+    new = numbered(120, 140)
+    ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(new)
+    ds = pylance(uri, options)
+    ds.tags.create("before-overwrite", ds.version)
+    lance.write_dataset(numbered(500, 510), uri, mode="overwrite", **lance_opts(options))
+    latest = pylance(uri, options)
+    ours = refract.dataset(uri, storage_options=options)
+    assert ours.version == latest.version
+    assert [v["version"] for v in ours.versions()] == [v["version"] for v in latest.versions()]
+    for version in range(1, latest.version + 1):
+        assert_same_rows(uri, options, version)
+    assert ours.tags.get_version("before-overwrite") == latest.tags.get_version("before-overwrite")
+    assert_verifies(refract_cli, uri, options)
+
+
+def test_pylance_reads_every_version_refract_writes(location):
+    uri, options = location
+    ds = refract.write_dataset(numbered(0, 60), uri, max_rows_per_file=10, storage_options=options)
+    ds.delete("id % 7 = 0")
+    ds.insert(numbered(60, 80))
+    ds.optimize.compact_files(target_rows_per_fragment=25)
+    ds.tags.create("compacted", ds.version)
+    for version in range(1, ds.version + 1):
+        assert_same_rows(uri, options, version)
+    theirs = pylance(uri, options)
+    theirs.validate()
+    assert theirs.tags.list()["compacted"]["version"] == ds.version
+    assert theirs.to_table(filter="id >= 70").num_rows == 10
+
+
+def test_pylance_keeps_writing_after_refract(location):
+    uri, options = location
+    ds = refract.write_dataset(numbered(0, 40), uri, max_rows_per_file=10, storage_options=options)
+    ds.delete("id < 3")
+    lance.write_dataset(numbered(40, 50), uri, mode="append", **lance_opts(options))
+    theirs = pylance(uri, options)
+    theirs.delete("id = 45")
+    theirs.optimize.compact_files(target_rows_per_fragment=100)
+    theirs = pylance(uri, options)
+    theirs.create_scalar_index("id", "BTREE")
+    theirs = pylance(uri, options)
+    theirs.validate()
+    expected = [i for i in range(3, 50) if i != 45]
+    ours = refract.dataset(uri, storage_options=options)
+    assert ours.version == theirs.version
+    assert ours.to_table().column("id").to_pylist() == expected
+    # Refract writes on top of pylance's compaction and index.
+    ours.insert(numbered(50, 55))
+    ours.delete("id = 50")
+    final = pylance(uri, options)
+    final.validate()
+    assert final.to_table().column("id").to_pylist() == expected + [51, 52, 53, 54]
+    assert final.to_table(filter="id = 52").column("id").to_pylist() == [52]
+
+
+def test_refract_maintains_a_pylance_table(location, refract_cli):
+    uri, options = location
+    lance.write_dataset(numbered(0, 200), uri, max_rows_per_file=20, **lance_opts(options))
+    pylance(uri, options).delete("id % 5 = 0")
+    before = pylance(uri, options).to_table()
+    ours = refract.dataset(uri, storage_options=options)
+    ours.optimize.compact_files(target_rows_per_fragment=64)
+    assert ours.optimize.compact_files(target_rows_per_fragment=64).committed_version is None
+    theirs = pylance(uri, options)
+    theirs.validate()
+    assert theirs.version == ours.version
+    assert theirs.to_table().to_pylist() == before.to_pylist()
+    assert len(theirs.get_fragments()) == 3
+    assert_verifies(refract_cli, uri, options)
+
+
+def test_refuses_stable_row_ids(uri):
+    lance.write_dataset(numbered(0, 10), uri, enable_stable_row_ids=True)
+    with pytest.raises(refract.errors.NotSupportedError) as err:
+        refract.dataset(uri).to_table()
+    assert "\n" not in str(err.value)
