@@ -278,7 +278,7 @@ fn time_travel_reads_exactly_what_each_version_held() {
         assert_eq!(
             with(&["--version", "99"]),
             (
-                "error: not found: manifest of version 99 (_versions/00000000000000000099.manifest) does not exist\n".to_string(),
+                "error: not found: manifest of version 99 (_versions/18446744073709551516.manifest) does not exist\n".to_string(),
                 1
             ),
             "{command}"
@@ -338,7 +338,13 @@ fn a_dry_run_lists_exactly_what_cleanup_removes_and_a_rerun_removes_nothing() {
     // index segment (remapped inline), so the old ones go with the manifests.
     assert_eq!(
         kinds.into_iter().collect::<Vec<_>>(),
-        vec!["data", "deletion", "index_segment", "manifest"],
+        vec![
+            "data",
+            "deletion",
+            "index_segment",
+            "manifest",
+            "transaction"
+        ],
         "{planned}"
     );
     let manifests = planned_paths
@@ -446,7 +452,10 @@ fn a_tagged_old_version_stays_scannable_after_cleanup_and_untagged_ones_go() {
         assert_eq!(
             refused(&["scan", &uri, "--version", gone]),
             (
-                format!("error: not found: manifest of version {gone} (_versions/0000000000000000000{gone}.manifest) does not exist\n"),
+                format!(
+                    "error: not found: manifest of version {gone} (_versions/{:020}.manifest) does not exist\n",
+                    u64::MAX - gone.parse::<u64>().unwrap()
+                ),
                 1
             )
         );
@@ -621,7 +630,7 @@ fn restore_commits_a_new_version_equal_to_the_chosen_one() {
     assert_eq!(
         refused(&["restore", &uri, "--version", "42"]),
         (
-            "error: not found: manifest of version 42 (_versions/00000000000000000042.manifest) does not exist\n".to_string(),
+            "error: not found: manifest of version 42 (_versions/18446744073709551573.manifest) does not exist\n".to_string(),
             1
         )
     );

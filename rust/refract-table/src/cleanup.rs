@@ -143,7 +143,13 @@ pub(crate) fn is_referenced(referenced: &HashSet<String>, path: &RelativePath) -
 /// Files under the scanned directories that `referenced` covers.
 async fn count_referenced_files(dataset: &Dataset, referenced: &HashSet<String>) -> Result<u64> {
     let mut count = 0u64;
-    for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR, FRI_DIR, TRANSACTIONS_DIR] {
+    for dir in [
+        DATA_DIR,
+        DELETIONS_DIR,
+        INDICES_DIR,
+        FRI_DIR,
+        TRANSACTIONS_DIR,
+    ] {
         for object in dataset.store().list(&RelativePath::parse(dir)?).await? {
             if is_referenced(referenced, &object.path) {
                 count += 1;

@@ -107,19 +107,25 @@ pub async fn version_references(
             }));
         references
             .files
-            .extend(index.lance.unverified_files.iter().map(|(path, size)| ReferencedFile {
-                path: path.clone(),
-                kind,
-                size_bytes: Some(*size),
-                checksum: None,
-            }));
+            .extend(
+                index
+                    .lance
+                    .unverified_files
+                    .iter()
+                    .map(|(path, size)| ReferencedFile {
+                        path: path.clone(),
+                        kind,
+                        size_bytes: Some(*size),
+                        checksum: None,
+                    }),
+            );
     }
     if !manifest.lance.transaction_file.is_empty() {
         references.files.push(ReferencedFile {
             path: transaction_file_path(&manifest.lance.transaction_file)?,
             kind: FileKind::Transaction,
             size_bytes: None,
-            checksum: None,
+            checksum: manifest.lance.transaction_file_checksum.clone(),
         });
     }
     if let Some(txn) = &manifest.transaction {

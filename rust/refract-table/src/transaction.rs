@@ -143,7 +143,10 @@ impl Transaction {
         indices: &[IndexMetadata],
     ) -> Result<Transaction> {
         let uuid = Uuid::parse_str(&message.uuid).map_err(|_| {
-            Error::corrupt("manifest", format!("transaction uuid {:?} is not a uuid", message.uuid))
+            Error::corrupt(
+                "manifest",
+                format!("transaction uuid {:?} is not a uuid", message.uuid),
+            )
         })?;
         let operation = match &message.operation {
             None => Operation::Lance {
@@ -180,11 +183,16 @@ impl Operation {
         sidecar: &mut Sidecar,
     ) -> Result<pt::Operation> {
         let fragments = |list: &[Fragment], checksums: &mut Checksums| -> Vec<pb::DataFragment> {
-            list.iter().map(|fragment| fragment.to_pb(checksums)).collect()
+            list.iter()
+                .map(|fragment| fragment.to_pb(checksums))
+                .collect()
         };
-        let indices = |list: &[IndexMetadata], checksums: &mut Checksums| -> Result<Vec<pb::IndexMetadata>> {
-            list.iter().map(|index| index.to_pb(fields, checksums)).collect()
-        };
+        let indices =
+            |list: &[IndexMetadata], checksums: &mut Checksums| -> Result<Vec<pb::IndexMetadata>> {
+                list.iter()
+                    .map(|index| index.to_pb(fields, checksums))
+                    .collect()
+            };
         Ok(match self {
             Operation::Append { fragments: list } => pt::Operation::Append(pt::Append {
                 fragments: fragments(list, checksums),
@@ -212,7 +220,8 @@ impl Operation {
                         });
                     }
                 }
-                sidecar.new_index_uuids = uuids_to_bytes(new_indices.iter().map(|index| index.uuid));
+                sidecar.new_index_uuids =
+                    uuids_to_bytes(new_indices.iter().map(|index| index.uuid));
                 sidecar.removed_index_uuids = uuids_to_bytes(removed_index_uuids.iter().copied());
                 let rewritten_indices = if new_indices.len() == removed_index_uuids.len() {
                     removed_index_uuids
@@ -224,7 +233,8 @@ impl Operation {
                                 old_id: Some(pb_uuid(*old)),
                                 new_id: new_pb.uuid.clone(),
                                 new_index_details: new_pb.index_details,
-                                new_index_version: u32::try_from(new_pb.index_version.unwrap_or(0)).unwrap_or(0),
+                                new_index_version: u32::try_from(new_pb.index_version.unwrap_or(0))
+                                    .unwrap_or(0),
                                 new_index_files: new_pb.files,
                             })
                         })
@@ -257,7 +267,9 @@ impl Operation {
                     })
                     .collect(),
             }),
-            Operation::Restore { version } => pt::Operation::Restore(pt::Restore { version: *version }),
+            Operation::Restore { version } => {
+                pt::Operation::Restore(pt::Restore { version: *version })
+            }
             Operation::Partition {
                 source_fragment_ids,
                 destinations,
@@ -296,7 +308,9 @@ impl Operation {
         indices: &[IndexMetadata],
     ) -> Result<Operation> {
         let fragments = |list: &[pb::DataFragment]| -> Result<Vec<Fragment>> {
-            list.iter().map(|fragment| Fragment::from_pb(fragment, checksums)).collect()
+            list.iter()
+                .map(|fragment| Fragment::from_pb(fragment, checksums))
+                .collect()
         };
         Ok(match message {
             pt::Operation::Append(append) => Operation::Append {
@@ -309,13 +323,20 @@ impl Operation {
             },
             pt::Operation::Rewrite(rewrite) => {
                 let old_ids = |group: &pt::rewrite::RewriteGroup| -> Vec<u64> {
-                    group.old_fragments.iter().map(|fragment| fragment.id).collect()
+                    group
+                        .old_fragments
+                        .iter()
+                        .map(|fragment| fragment.id)
+                        .collect()
                 };
                 if let Some(partition) = sidecar.and_then(|sidecar| sidecar.partition.as_ref()) {
                     let [group] = rewrite.groups.as_slice() else {
                         return Err(Error::corrupt(
                             "manifest",
-                            format!("a stable partition records {} groups, not one", rewrite.groups.len()),
+                            format!(
+                                "a stable partition records {} groups, not one",
+                                rewrite.groups.len()
+                            ),
                         ));
                     };
                     let map_id = if partition.map_id.is_empty() {
@@ -324,7 +345,9 @@ impl Operation {
                         Some(uuid_from_bytes(&partition.map_id, "partition map id")?)
                     };
                     let map_checksum = match &map_id {
-                        Some(id) => checksums.lookup(&row_map_path(id), Some(partition.map_size_bytes))?,
+                        Some(id) => {
+                            checksums.lookup(&row_map_path(id), Some(partition.map_size_bytes))?
+                        }
                         None => None,
                     };
                     return Ok(Operation::Partition {
@@ -336,7 +359,13 @@ impl Operation {
                     });
                 }
                 let survivors: HashMap<u32, &Vec<u8>> = sidecar
-                    .map(|sidecar| sidecar.survivors.iter().map(|entry| (entry.group, &entry.addresses)).collect())
+                    .map(|sidecar| {
+                        sidecar
+                            .survivors
+                            .iter()
+                            .map(|entry| (entry.group, &entry.addresses))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let groups = rewrite
                     .groups
@@ -362,7 +391,12 @@ impl Operation {
                         let pairs = rewrite
                             .rewritten_indices
                             .iter()
-                            .map(|pair| Ok((pb_uuid_value(pair.new_id.as_ref())?, pb_uuid_value(pair.old_id.as_ref())?)))
+                            .map(|pair| {
+                                Ok((
+                                    pb_uuid_value(pair.new_id.as_ref())?,
+                                    pb_uuid_value(pair.old_id.as_ref())?,
+                                ))
+                            })
                             .collect::<Result<Vec<_>>>()?;
                         pairs.into_iter().unzip()
                     }
@@ -466,7 +500,10 @@ fn pb_uuid(uuid: Uuid) -> pb::Uuid {
 }
 
 fn pb_uuid_value(uuid: Option<&pb::Uuid>) -> Result<Uuid> {
-    uuid_from_bytes(uuid.map_or(&[][..], |uuid| uuid.uuid.as_slice()), "index uuid")
+    uuid_from_bytes(
+        uuid.map_or(&[][..], |uuid| uuid.uuid.as_slice()),
+        "index uuid",
+    )
 }
 
 fn uuids_to_bytes(uuids: impl Iterator<Item = Uuid>) -> Vec<Vec<u8>> {
@@ -474,5 +511,8 @@ fn uuids_to_bytes(uuids: impl Iterator<Item = Uuid>) -> Vec<Vec<u8>> {
 }
 
 fn uuids_from_bytes(bytes: &[Vec<u8>]) -> Result<Vec<Uuid>> {
-    bytes.iter().map(|raw| uuid_from_bytes(raw, "index uuid")).collect()
+    bytes
+        .iter()
+        .map(|raw| uuid_from_bytes(raw, "index uuid"))
+        .collect()
 }

@@ -257,7 +257,7 @@ mod tests {
             .unwrap();
         assert!(report.is_clean(), "{report:?}");
         // Three data files, one deletion file and the transaction file.
-        assert_eq!(report.files_verified, 4, "{report:?}");
+        assert_eq!(report.files_verified, 5, "{report:?}");
         assert_eq!(*seen.lock().unwrap(), vec![1, 2, 3, 4, 5]);
         let data: u64 = dataset.fragments().iter().map(|f| f.size_bytes()).sum();
         assert!(report.bytes_verified > data, "{report:?}");
@@ -298,7 +298,8 @@ mod tests {
             "{}",
             data.error
         );
-        assert_eq!(report.files_verified, 2);
+        // The two other data files and the transaction file.
+        assert_eq!(report.files_verified, 3);
     }
 
     #[tokio::test]
@@ -311,7 +312,8 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(report.versions, vec![1, 2, 3]);
-        assert_eq!(report.files_verified, 4);
+        // Data and deletion files, and the transaction files of versions 2 and 3.
+        assert_eq!(report.files_verified, 6);
         // A damaged old manifest is one problem; the rest still verifies.
         dataset
             .store()
@@ -324,6 +326,7 @@ mod tests {
             .unwrap();
         assert_eq!(report.problems.len(), 1, "{report:?}");
         assert_eq!(report.problems[0].file, manifest_path(2).to_string());
-        assert_eq!(report.files_verified, 4);
+        // Version 2's transaction file is known only through its manifest.
+        assert_eq!(report.files_verified, 5);
     }
 }

@@ -22,7 +22,9 @@ use bytes::Bytes;
 use refract_core::Error;
 use refract_table::cleanup::cleanup_orphans;
 use refract_table::io::{manifest_path, DatasetStore, RelativePath, StorageOptions};
-use refract_table::testing::{open_manifest, pb, s3_test_location, sample_rows, sample_schema, snapshot};
+use refract_table::testing::{
+    open_manifest, pb, s3_test_location, sample_rows, sample_schema, snapshot,
+};
 use refract_table::{
     cleanup_old_versions, verify_dataset, Dataset, OpenOptions, RetentionPolicy, VerifyOptions,
     WriteOptions,
@@ -445,7 +447,10 @@ async fn forge_version(
             });
         }
     }
-    store.put(&manifest_path(version), parts.seal()).await.unwrap();
+    store
+        .put(&manifest_path(version), parts.seal())
+        .await
+        .unwrap();
 }
 
 /// The forged paths: relative escapes, an absolute path, another bucket,

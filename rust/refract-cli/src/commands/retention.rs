@@ -167,6 +167,7 @@ fn kind_label(kind: Option<FileKind>) -> &'static str {
         Some(FileKind::IndexSegment) => "index_segment",
         Some(FileKind::FriLedger) => "fri_ledger",
         Some(FileKind::RowMap) => "row_map",
+        Some(FileKind::Transaction) => "transaction",
     }
 }
 

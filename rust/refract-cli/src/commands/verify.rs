@@ -62,7 +62,7 @@ pub async fn verify(
         );
         if report.files_without_checksum > 0 || report.segments_without_file_list > 0 {
             crate::out!(
-                "not checksummed (written before checksums): {} files present, {} index segments without a file list",
+                "not checksummed (recorded without a checksum, e.g. by another Lance writer): {} files present, {} index segments without a file list",
                 report.files_without_checksum,
                 report.segments_without_file_list
             );

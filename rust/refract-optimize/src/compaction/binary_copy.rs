@@ -19,8 +19,8 @@
 use refract_core::{Error, Result};
 use refract_table::dataset::Dataset;
 use refract_table::format::Fragment;
-use refract_table::io::paths::{data_file_path, RelativePath};
 use refract_table::io::lance_files::DATA_FILE_VERSION;
+use refract_table::io::paths::{data_file_path, RelativePath};
 use refract_table::io::{concat_lance_files, ConcatInput, ConcatOutcome};
 use roaring::RoaringTreemap;
 use uuid::Uuid;

@@ -21,8 +21,8 @@ use refract_core::{Error, Result};
 use refract_table::dataset::{Dataset, ROW_ADDRESS_COLUMN};
 use refract_table::format::{DataFile, FileLayout, Fragment};
 use refract_table::io::lance_files::{LanceFileWriter, DATA_FILE_VERSION};
-use refract_table::io::LanceFileSummary;
 use refract_table::io::paths::{data_file_path, RelativePath};
+use refract_table::io::LanceFileSummary;
 use refract_table::io::PageLayout;
 use refract_table::task::AbortOnDrop;
 use roaring::RoaringTreemap;
@@ -60,7 +60,11 @@ impl WrittenFile {
     }
 
     /// A file copied page by page from sources laid out as `layout`.
-    pub(crate) fn copied(path: &RelativePath, summary: &LanceFileSummary, layout: &FileLayout) -> WrittenFile {
+    pub(crate) fn copied(
+        path: &RelativePath,
+        summary: &LanceFileSummary,
+        layout: &FileLayout,
+    ) -> WrittenFile {
         let mut file = DataFile::written(path.clone(), summary);
         file.layout = layout.clone();
         Self::of(&file)

@@ -29,8 +29,8 @@ use refract_core::{Error, Result};
 use crate::dataset::Dataset;
 use crate::format::{DeletionFileRef, Fragment, Manifest};
 use crate::io::deletion_file::copy_for_fragment;
-use crate::io::{DatasetStore, RelativePath};
 use crate::io::manifest_path;
+use crate::io::{DatasetStore, RelativePath};
 use crate::transaction::{Operation, Transaction};
 use build::build_candidate;
 use rebase::{rebase, Rebased};
@@ -131,12 +131,14 @@ async fn commit_transaction(
         gate::admit(&latest, &mut candidate.manifest).await?;
         let mut manifest = candidate.manifest;
         rename_renumbered_deletions(handle.store(), &mut manifest).await?;
-        let bytes = manifest.encode()?;
         // Lance's readers and conflict resolution find the transaction in
-        // its own file, written before the manifest names it.
+        // its own file, written (and checksummed) before the manifest names it.
         if let Some((txn_path, txn_bytes)) = manifest.encode_transaction_file()? {
+            manifest.lance.transaction_file_checksum =
+                Some(refract_core::checksum::FileChecksum::of(&txn_bytes));
             handle.store().put(&txn_path, txn_bytes).await?;
         }
+        let bytes = manifest.encode()?;
         let path = manifest_path(manifest.version);
         match handle.store().put_if_absent(&path, bytes).await {
             Ok(true) => return Ok(handle.publish(manifest).await),

@@ -100,7 +100,9 @@ fn check_compatible(ours: &Operation, theirs: &Operation, their_version: u64) ->
         (_, Operation::Lance { name }) => conflict(&format!(
             "another Lance writer's {name} cannot be rebased over; retry on the new version"
         )),
-        (Operation::Lance { name }, _) => conflict(&format!("Refract does not commit Lance's {name}")),
+        (Operation::Lance { name }, _) => {
+            conflict(&format!("Refract does not commit Lance's {name}"))
+        }
         (Operation::Append { .. }, _) => Ok(()),
         (Operation::Restore { .. }, _) => conflict("a restore requires no intervening commit"),
         (_, Operation::Restore { .. }) => conflict("the table was restored to another version"),

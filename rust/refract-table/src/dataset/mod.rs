@@ -21,7 +21,7 @@ use refract_ledger::flags::ClientFeatures;
 use crate::format::manifest::manifest_error;
 use crate::format::{Fragment, Manifest};
 use crate::io::deletion_file::read_deletion_file;
-use crate::io::paths::{parse_manifest_name, VERSIONS_DIR};
+use crate::io::paths::{parse_manifest_name, v1_manifest_path, VERSIONS_DIR};
 use crate::io::ReadOptions;
 use crate::io::{manifest_path, DatasetStore, LanceFileReader, RelativePath, StorageOptions};
 use crate::session::Session;
@@ -365,7 +365,11 @@ impl Dataset {
         self.session
             .cache()
             .get_or_try_insert(key, async move {
-                let bytes = store.get(&manifest_path(version)).await?;
+                let bytes = match store.get(&manifest_path(version)).await {
+                    // A table created with Lance's V1 naming.
+                    Err(Error::NotFound { .. }) => store.get(&v1_manifest_path(version)).await?,
+                    other => other?,
+                };
                 let manifest = Manifest::decode(&bytes)?;
                 if manifest.version != version {
                     return Err(Error::corrupt(

@@ -114,7 +114,9 @@ impl Dataset {
         let mut orphans = Vec::new();
         for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR, TRANSACTIONS_DIR] {
             for object in self.store.list(&RelativePath::parse(dir)?).await? {
-                if object.last_modified >= cutoff || crate::cleanup::is_referenced(&referenced, &object.path) {
+                if object.last_modified >= cutoff
+                    || crate::cleanup::is_referenced(&referenced, &object.path)
+                {
                     continue;
                 }
                 orphans.push(object.path);
@@ -144,4 +146,3 @@ fn version_info(manifest: &Manifest) -> VersionInfo {
             .to_string(),
     }
 }
-

@@ -216,10 +216,13 @@ impl Fragment {
                         file.path, message.id
                     )));
                 }
-                let path = RelativePath::parse_recorded(&format!("{DATA_DIR}/{}", file.path), "manifest")?;
-                let file_version =
-                    ConcreteFileVersion::from_data_file_numbers(file.file_major_version, file.file_minor_version)
-                        .map_err(|e| corrupt(format!("data file {path}: {e}")))?;
+                let path =
+                    RelativePath::parse_recorded(&format!("{DATA_DIR}/{}", file.path), "manifest")?;
+                let file_version = ConcreteFileVersion::from_data_file_numbers(
+                    file.file_major_version,
+                    file.file_minor_version,
+                )
+                .map_err(|e| corrupt(format!("data file {path}: {e}")))?;
                 if file_version == ConcreteFileVersion::V1 {
                     return Err(Error::not_supported(format!(
                         "data file {path} is in the legacy Lance v1 file format"
@@ -267,4 +270,3 @@ fn name_in_data_dir(path: &RelativePath) -> String {
 fn corrupt(message: String) -> Error {
     Error::corrupt("manifest", message)
 }
-

@@ -41,7 +41,10 @@ pub(crate) fn frame(
     manifest.index_section = if indices.is_empty() {
         None
     } else {
-        Some(section(&mut out, pb::IndexSection { indices }.encode_to_vec()))
+        Some(section(
+            &mut out,
+            pb::IndexSection { indices }.encode_to_vec(),
+        ))
     };
     manifest.transaction_section = transaction.map(|tx| section(&mut out, tx.encode_to_vec()));
     manifest.transaction_section_deprecated = None;
@@ -63,7 +66,9 @@ pub(crate) fn frame(
 pub(crate) fn unframe(bytes: &[u8], base: usize) -> Result<LanceSections> {
     let len = bytes.len();
     if len < FOOTER_LEN + 4 || &bytes[len - 4..] != FOOTER_MAGIC {
-        return Err(corrupt("the Lance footer is missing or damaged".to_string()));
+        return Err(corrupt(
+            "the Lance footer is missing or damaged".to_string(),
+        ));
     }
     let mut raw = [0u8; 8];
     raw.copy_from_slice(&bytes[len - FOOTER_LEN..len - 8]);
@@ -117,7 +122,8 @@ pub(crate) fn unframe(bytes: &[u8], base: usize) -> Result<LanceSections> {
 }
 
 fn offset(position: u64) -> Result<usize> {
-    usize::try_from(position).map_err(|_| corrupt(format!("section position {position} is out of range")))
+    usize::try_from(position)
+        .map_err(|_| corrupt(format!("section position {position} is out of range")))
 }
 
 /// The message body of the section at `position`, which must end by `limit`.

@@ -68,7 +68,11 @@ impl IndexMetadata {
     ///
     /// # Errors
     /// Corrupt (the manifest) when an indexed column is not in the schema.
-    pub(crate) fn to_pb(&self, fields: &FieldPaths, checksums: &mut Checksums) -> Result<pb::IndexMetadata> {
+    pub(crate) fn to_pb(
+        &self,
+        fields: &FieldPaths,
+        checksums: &mut Checksums,
+    ) -> Result<pb::IndexMetadata> {
         let dir = index_dir(&self.uuid);
         let mut files: Vec<pb::IndexFile> = self
             .files
@@ -81,10 +85,15 @@ impl IndexMetadata {
                 }
             })
             .collect();
-        files.extend(self.lance.unverified_files.iter().map(|(path, size)| pb::IndexFile {
-            path: relative_to(&dir, path),
-            size_bytes: *size,
-        }));
+        files.extend(
+            self.lance
+                .unverified_files
+                .iter()
+                .map(|(path, size)| pb::IndexFile {
+                    path: relative_to(&dir, path),
+                    size_bytes: *size,
+                }),
+        );
         Ok(pb::IndexMetadata {
             uuid: Some(pb::Uuid {
                 uuid: self.uuid.as_bytes().to_vec(),
@@ -96,7 +105,11 @@ impl IndexMetadata {
                 .collect::<Result<Vec<_>>>()?,
             name: self.name.clone(),
             dataset_version: self.dataset_version,
-            fragment_bitmap: self.fragment_bitmap.as_ref().map(serialize_bitmap).unwrap_or_default(),
+            fragment_bitmap: self
+                .fragment_bitmap
+                .as_ref()
+                .map(serialize_bitmap)
+                .unwrap_or_default(),
             index_details: (!self.index_type.is_empty()).then(|| prost_types::Any {
                 type_url: if self.index_type.contains(['/', '.']) {
                     self.index_type.clone()
@@ -118,9 +131,16 @@ impl IndexMetadata {
     /// # Errors
     /// Corrupt for a malformed uuid, bitmap, field id, path or checksum;
     /// NotSupported for features Refract does not implement.
-    pub(crate) fn from_pb(message: &pb::IndexMetadata, fields: &FieldPaths, checksums: &Checksums) -> Result<IndexMetadata> {
+    pub(crate) fn from_pb(
+        message: &pb::IndexMetadata,
+        fields: &FieldPaths,
+        checksums: &Checksums,
+    ) -> Result<IndexMetadata> {
         let uuid = uuid_from_bytes(
-            message.uuid.as_ref().map_or(&[][..], |uuid| uuid.uuid.as_slice()),
+            message
+                .uuid
+                .as_ref()
+                .map_or(&[][..], |uuid| uuid.uuid.as_slice()),
             "index uuid",
         )?;
         if message.base_id.is_some() {
@@ -180,7 +200,12 @@ impl IndexMetadata {
             index_version: message
                 .index_version
                 .map_or(Ok(0), u32::try_from)
-                .map_err(|_| Error::corrupt("manifest", format!("index '{}' has a negative index_version", message.name)))?,
+                .map_err(|_| {
+                    Error::corrupt(
+                        "manifest",
+                        format!("index '{}' has a negative index_version", message.name),
+                    )
+                })?,
             dataset_version: message.dataset_version,
             files,
             lance: LanceIndexFields {

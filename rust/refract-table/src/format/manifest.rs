@@ -14,6 +14,7 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use lance_table::format::pb;
 use prost::Message;
+use refract_core::checksum::FileChecksum;
 use refract_core::{DeepSize, Error, Result};
 use refract_ledger::flags::{
     check_fri_flag_pair, FLAG_DELETION_FILES, FLAG_MIXED_DATA_FILE_VERSIONS, FLAG_TABLE_CONFIG,
@@ -54,6 +55,8 @@ pub struct LanceManifestFields {
     pub max_allocated_field_id: Option<i32>,
     /// The transaction file of this version, relative to `_transactions/`.
     pub transaction_file: String,
+    /// Block checksums of the transaction file, when Refract wrote it.
+    pub transaction_file_checksum: Option<FileChecksum>,
 }
 
 /// One version of a dataset.
@@ -150,7 +153,9 @@ impl Manifest {
         let table_schema = TableSchema::for_new_table(schema)?;
         Ok(Manifest {
             version: 1,
-            schema: table_schema.to_arrow().map_err(|e| Error::invalid_input(e.to_string()))?,
+            schema: table_schema
+                .to_arrow()
+                .map_err(|e| Error::invalid_input(e.to_string()))?,
             fragments: Vec::new(),
             max_fragment_id: None,
             reader_flags: 0,
@@ -177,7 +182,8 @@ impl Manifest {
 
     /// The id the next new fragment gets.
     pub fn next_fragment_id(&self) -> u64 {
-        self.max_fragment_id.map_or(FIRST_FRAGMENT_ID, |max| max + 1)
+        self.max_fragment_id
+            .map_or(FIRST_FRAGMENT_ID, |max| max + 1)
     }
 
     /// The reader and writer flags this manifest's contents call for, on top
@@ -216,7 +222,8 @@ impl Manifest {
             return Ok(None);
         };
         let fields = FieldPaths::new(&self.lance.schema);
-        let message = transaction.to_pb(&fields, &mut Checksums::default(), &mut Sidecar::default())?;
+        let message =
+            transaction.to_pb(&fields, &mut Checksums::default(), &mut Sidecar::default())?;
         Ok(Some((
             transaction_file_path(&self.transaction_file_name())?,
             Bytes::from(message.encode_to_vec()),
@@ -280,6 +287,12 @@ impl Manifest {
             max_allocated_field_id: self.lance.max_allocated_field_id,
             ..Default::default()
         };
+        if !self.lance.transaction_file.is_empty() {
+            checksums.record(
+                &transaction_file_path(&self.lance.transaction_file)?,
+                self.lance.transaction_file_checksum.as_ref(),
+            );
+        }
         sidecar.files = checksums.to_stored();
         let sidecar_bytes = sidecar.encode_to_vec();
         let lance = frame(
@@ -302,7 +315,9 @@ impl Manifest {
         let sections = unframe(bytes, base)?;
         let message = sections.manifest;
         if !message.fragments.is_empty() && message.fragment_tree.is_some() {
-            return Err(corrupt("both a fragment list and a fragment tree are recorded".into()));
+            return Err(corrupt(
+                "both a fragment list and a fragment tree are recorded".into(),
+            ));
         }
         let checksums = match &sidecar {
             Some(sidecar) => Checksums::from_stored(&sidecar.files)?,
@@ -360,6 +375,10 @@ impl Manifest {
                     .unwrap_or_default(),
                 next_row_id: message.next_row_id,
                 max_allocated_field_id: message.max_allocated_field_id,
+                transaction_file_checksum: match message.transaction_file.as_str() {
+                    "" => None,
+                    name => checksums.lookup(&transaction_file_path(name)?, None)?,
+                },
                 transaction_file: message.transaction_file,
             },
         };
@@ -372,7 +391,10 @@ impl Manifest {
         if self.version == 0 {
             return Err(corrupt("version 0 is not a valid manifest version".into()));
         }
-        if self.max_fragment_id.is_some_and(|max| max > MAX_FRAGMENT_ID) {
+        if self
+            .max_fragment_id
+            .is_some_and(|max| max > MAX_FRAGMENT_ID)
+        {
             return Err(corrupt(format!(
                 "max_fragment_id {:?} exceeds {MAX_FRAGMENT_ID}",
                 self.max_fragment_id
@@ -391,11 +413,22 @@ impl Manifest {
                 )));
             }
         }
-        let field_ids: HashSet<i32> = self.lance.schema.fields.iter().map(|field| field.id).collect();
+        let field_ids: HashSet<i32> = self
+            .lance
+            .schema
+            .fields
+            .iter()
+            .map(|field| field.id)
+            .collect();
         for fragment in &self.fragments {
             for file in &fragment.files {
                 // Lance marks a dropped column's slot with -2.
-                if let Some(id) = file.layout.fields.iter().find(|id| **id != DROPPED_FIELD_ID && !field_ids.contains(id)) {
+                if let Some(id) = file
+                    .layout
+                    .fields
+                    .iter()
+                    .find(|id| **id != DROPPED_FIELD_ID && !field_ids.contains(id))
+                {
                     return Err(corrupt(format!(
                         "data file {} stores field id {id}, which the schema does not have",
                         file.path
@@ -461,6 +494,33 @@ impl DeepSize for Manifest {
         // The schema and transaction are small next to fragment lists; a fixed
         // allowance per field keeps the estimate honest without walking them.
         std::mem::size_of::<Manifest>() + fragments + indices + self.schema.fields().len() * 128
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lance_table::feature_flags as lance;
+    use refract_ledger::flags as ours;
+
+    #[test]
+    fn feature_bits_are_lance_14s() {
+        assert_eq!(ours::FLAG_DELETION_FILES, lance::FLAG_DELETION_FILES);
+        assert_eq!(
+            ours::FLAG_USE_V2_FORMAT_DEPRECATED,
+            lance::FLAG_USE_V2_FORMAT_DEPRECATED
+        );
+        assert_eq!(ours::FLAG_TABLE_CONFIG, lance::FLAG_TABLE_CONFIG);
+        assert_eq!(
+            ours::FLAG_MIXED_DATA_FILE_VERSIONS,
+            lance::FLAG_MIXED_DATA_FILE_VERSIONS
+        );
+        assert_eq!(
+            ours::FLAG_FRAGMENT_REUSE_INDEX,
+            lance::FLAG_FRAGMENT_REUSE_INDEX
+        );
+        assert_eq!(ours::FLAG_UNKNOWN, lance::FLAG_UNKNOWN);
+        // Everything Refract supports, Lance 14 knows.
+        assert_eq!(ours::SUPPORTED_FLAGS & !(lance::FLAG_UNKNOWN - 1), 0);
     }
 }
 

@@ -26,8 +26,9 @@ impl TableSchema {
     /// # Errors
     /// InvalidInput when Lance cannot store a column's type.
     pub fn for_new_table(schema: &ArrowSchema) -> Result<TableSchema> {
-        let lance = LanceSchema::try_from(schema)
-            .map_err(|e| Error::invalid_input(format!("the schema cannot be stored in Lance: {e}")))?;
+        let lance = LanceSchema::try_from(schema).map_err(|e| {
+            Error::invalid_input(format!("the schema cannot be stored in Lance: {e}"))
+        })?;
         Ok(Self::from_lance(&lance))
     }
 
@@ -65,8 +66,11 @@ impl TableSchema {
         let lance = self.to_lance()?;
         // lance-core unwraps logical types it does not know while converting;
         // the conversion reads only `lance`, so a caught panic breaks nothing.
-        let arrow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ArrowSchema::from(&lance)))
-            .map_err(|_| Error::corrupt("manifest", "the schema holds an unsupported field type"))?;
+        let arrow =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ArrowSchema::from(&lance)))
+                .map_err(|_| {
+                    Error::corrupt("manifest", "the schema holds an unsupported field type")
+                })?;
         Ok(Arc::new(arrow))
     }
 }
@@ -110,18 +114,22 @@ impl FieldPaths {
     /// # Errors
     /// Corrupt (the manifest) when no field has `id`.
     pub(crate) fn path_of(&self, id: i32) -> Result<String> {
-        self.by_id
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| Error::corrupt("manifest", format!("an index names field id {id}, which the schema does not have")))
+        self.by_id.get(&id).cloned().ok_or_else(|| {
+            Error::corrupt(
+                "manifest",
+                format!("an index names field id {id}, which the schema does not have"),
+            )
+        })
     }
 
     /// # Errors
     /// Corrupt (the manifest) when no field has the path `name`.
     pub(crate) fn id_of(&self, name: &str) -> Result<i32> {
-        self.by_path
-            .get(name)
-            .copied()
-            .ok_or_else(|| Error::corrupt("manifest", format!("an index names column {name:?}, which the schema does not have")))
+        self.by_path.get(name).copied().ok_or_else(|| {
+            Error::corrupt(
+                "manifest",
+                format!("an index names column {name:?}, which the schema does not have"),
+            )
+        })
     }
 }

@@ -102,7 +102,11 @@ impl Checksums {
     ///
     /// # Errors
     /// Corrupt (the manifest) when the record does not cover `size` bytes.
-    pub(crate) fn lookup(&self, path: &RelativePath, size: Option<u64>) -> Result<Option<FileChecksum>> {
+    pub(crate) fn lookup(
+        &self,
+        path: &RelativePath,
+        size: Option<u64>,
+    ) -> Result<Option<FileChecksum>> {
         let Some(checksum) = self.by_path.get(path.as_str()) else {
             return Ok(None);
         };
@@ -156,7 +160,11 @@ pub(crate) fn seal(sidecar_bytes: &[u8], lance: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&SIDECAR_MAGIC);
     out.extend_from_slice(&[0; 4]);
     // A sidecar is a few checksums per file: far below 4 GiB.
-    out.extend_from_slice(&u32::try_from(sidecar_bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(
+        &u32::try_from(sidecar_bytes.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
     out.extend_from_slice(sidecar_bytes);
     out.extend_from_slice(lance);
     let crc = refract_core::checksum::crc32c(&out[8..]);
@@ -194,7 +202,11 @@ pub(crate) fn open(bytes: &[u8]) -> Result<(Option<Sidecar>, usize)> {
     let end = SIDECAR_HEADER_LEN
         .checked_add(len)
         .filter(|end| *end <= bytes.len())
-        .ok_or_else(|| corrupt(format!("the Refract sidecar claims {len} bytes past the end")))?;
+        .ok_or_else(|| {
+            corrupt(format!(
+                "the Refract sidecar claims {len} bytes past the end"
+            ))
+        })?;
     let sidecar = Sidecar::decode(&bytes[SIDECAR_HEADER_LEN..end])
         .map_err(|err| corrupt(format!("the Refract sidecar does not decode: {err}")))?;
     Ok((Some(sidecar), end))

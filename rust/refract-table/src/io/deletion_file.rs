@@ -112,8 +112,16 @@ impl DeletionFileRef {
     }
 }
 
-fn file_path(fragment_id: u64, read_version: u64, id: u64, kind: DeletionFileKind) -> Result<RelativePath> {
-    deletion_file_path(&format!("{fragment_id}-{read_version}-{id}.{}", kind.suffix()))
+fn file_path(
+    fragment_id: u64,
+    read_version: u64,
+    id: u64,
+    kind: DeletionFileKind,
+) -> Result<RelativePath> {
+    deletion_file_path(&format!(
+        "{fragment_id}-{read_version}-{id}.{}",
+        kind.suffix()
+    ))
 }
 
 /// The same deletions under the name Lance derives for fragment
@@ -151,7 +159,9 @@ pub async fn write_deletion_file(
     read_version: u64,
     dv: &DeletionVector,
 ) -> Result<DeletionFileRef> {
-    let id = Uuid::new_v4().as_u64_pair().0;
+    // The top bit set keeps every id the same length (in names and in the
+    // manifest's varints), so equal histories take equal bytes.
+    let id = Uuid::new_v4().as_u64_pair().0 | 1 << 63;
     let kind = DeletionFileKind::Bitmap;
     let path = file_path(fragment_id, read_version, id, kind)?;
     let bytes = bytes::Bytes::from(dv.to_bytes());
@@ -184,10 +194,14 @@ pub async fn read_deletion_file(
         checksum.verify_whole(&format!("deletion file {path}"), &bytes)?;
     }
     let vector = match file.kind {
-        DeletionFileKind::Bitmap => DeletionVector::from_bytes(&bytes, physical_rows).map_err(|e| match e {
-            Error::Corrupt { what, message } => Error::corrupt(format!("{what} in {path}"), message),
-            other => other,
-        })?,
+        DeletionFileKind::Bitmap => {
+            DeletionVector::from_bytes(&bytes, physical_rows).map_err(|e| match e {
+                Error::Corrupt { what, message } => {
+                    Error::corrupt(format!("{what} in {path}"), message)
+                }
+                other => other,
+            })?
+        }
         DeletionFileKind::Arrow => read_arrow_offsets(&bytes, physical_rows)
             .map_err(|message| Error::corrupt(format!("deletion file {path}"), message))?,
     };
@@ -206,13 +220,18 @@ pub async fn read_deletion_file(
 
 /// Offsets of an Arrow deletion file: exactly one batch of one non-null
 /// `uint32` column, every offset below `physical_rows`.
-fn read_arrow_offsets(bytes: &[u8], physical_rows: u64) -> std::result::Result<DeletionVector, String> {
+fn read_arrow_offsets(
+    bytes: &[u8],
+    physical_rows: u64,
+) -> std::result::Result<DeletionVector, String> {
     // arrow-ipc verifies flatbuffers but may panic on values it does not
     // support; decoding touches only `bytes` and locals, so a caught panic
     // leaves nothing broken behind.
     let batches = std::panic::catch_unwind(|| -> std::result::Result<Vec<_>, String> {
         let reader = FileReader::try_new(Cursor::new(bytes), None).map_err(|e| e.to_string())?;
-        reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| e.to_string())
+        reader
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())
     })
     .map_err(|_| "the Arrow IPC file holds an unsupported value".to_string())??;
     let [batch] = batches.as_slice() else {

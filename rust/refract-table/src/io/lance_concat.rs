@@ -12,7 +12,6 @@
 
 use std::sync::Arc;
 
-
 use lance_file::concat::{
     concat_files, EncodedFileInput, FileConcatOptions, FileConcatResult, FileConcatTarget,
 };

@@ -166,7 +166,17 @@ impl<'de> Deserialize<'de> for RelativePath {
 /// newest version sorts first in a listing.
 pub fn manifest_path(version: u64) -> RelativePath {
     // Digits, a dot and a fixed directory: always valid.
-    RelativePath(format!("{VERSIONS_DIR}/{:020}.manifest", u64::MAX - version))
+    RelativePath(format!(
+        "{VERSIONS_DIR}/{:020}.manifest",
+        u64::MAX - version
+    ))
+}
+
+/// `_versions/{version}.manifest` — Lance's V1 naming, read for tables
+/// created with it.
+pub fn v1_manifest_path(version: u64) -> RelativePath {
+    // Digits, a dot and a fixed directory: always valid.
+    RelativePath(format!("{VERSIONS_DIR}/{version}.manifest"))
 }
 
 /// The version a manifest file name in `_versions/` stands for: Lance's V2
@@ -178,7 +188,11 @@ pub fn parse_manifest_name(name: &str) -> Option<u64> {
         return None;
     }
     let number: u64 = digits.parse().ok()?;
-    let version = if digits.len() == 20 { u64::MAX - number } else { number };
+    let version = if digits.len() == 20 {
+        u64::MAX - number
+    } else {
+        number
+    };
     (version > 0).then_some(version)
 }
 
@@ -289,7 +303,10 @@ mod tests {
             manifest_path(42).as_str(),
             "_versions/18446744073709551573.manifest"
         );
-        assert_eq!(parse_manifest_name("18446744073709551573.manifest"), Some(42));
+        assert_eq!(
+            parse_manifest_name("18446744073709551573.manifest"),
+            Some(42)
+        );
         assert_eq!(parse_manifest_name("42.manifest"), Some(42));
         assert_eq!(parse_manifest_name("18446744073709551615.manifest"), None);
         assert_eq!(parse_manifest_name("x.manifest"), None);

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use refract_core::Error;
 use refract_ledger::flags::{ClientFeatures, FLAG_FRAGMENT_REUSE_INDEX, FLAG_UNKNOWN};
-use refract_table::testing::{open_manifest, pb, ManifestParts};
 use refract_table::io::manifest_path;
+use refract_table::testing::{open_manifest, pb, ManifestParts};
 use refract_table::{Dataset, Manifest, OpenOptions, VersionEntry};
 use rstest::rstest;
 
@@ -238,8 +238,10 @@ async fn path_escapes_in_manifest_are_corrupt(#[case] path: &str) {
     let err = Dataset::open(&location.uri).await.unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     assert!(
-        err.to_string()
-            .ends_with(&format!("file path {:?} leaves the dataset root", format!("data/{path}"))),
+        err.to_string().ends_with(&format!(
+            "file path {:?} leaves the dataset root",
+            format!("data/{path}")
+        )),
         "{err}"
     );
 }
