@@ -27,7 +27,7 @@ use crate::types::{IndexContext, Translator};
 #[derive(Debug, Clone, PartialEq)]
 pub enum RemapOutcome {
     /// Rewritten: the replacement entry (new uuid, restamped coverage).
-    Remapped(IndexMetadata),
+    Remapped(Box<IndexMetadata>),
     /// Left as it was.
     Skipped {
         /// Why, as a category.
@@ -137,7 +137,7 @@ pub async fn remap_segment(
                 .map_err(|err| name_segment(t.name(), &old_dir, err))?
         }
     };
-    Ok(RemapOutcome::Remapped(IndexMetadata {
+    Ok(RemapOutcome::Remapped(Box::new(IndexMetadata {
         uuid,
         name: meta.name.clone(),
         fields: meta.fields.clone(),
@@ -148,7 +148,7 @@ pub async fn remap_segment(
         dataset_version: options.dataset_version,
         files: journal.take_under(&new_dir),
         lance: Default::default(),
-    }))
+    })))
 }
 
 fn skip(meta: &IndexMetadata, reason: DeclineReason, err: &Error) -> RemapOutcome {
@@ -233,7 +233,7 @@ pub async fn remap_indices_for_rewrite(
         match remap_segment(&ctx, registry, meta, remap, new_coverage, &options).await? {
             RemapOutcome::Remapped(new) => {
                 result.removed_index_uuids.push(meta.uuid);
-                result.new_indices.push(new);
+                result.new_indices.push(*new);
             }
             RemapOutcome::Skipped { reason, message } => result.skipped.push(SkipReport {
                 uuid: meta.uuid,

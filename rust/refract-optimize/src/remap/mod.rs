@@ -241,7 +241,7 @@ async fn rewrite(
                 transitions: eligible.transitions,
                 provenance_recovered: eligible.recovered,
             };
-            Ok((status, Some(new)))
+            Ok((status, Some(*new)))
         }
         RemapOutcome::Skipped { reason, message } => Ok((
             SegmentStatus::Skipped {

@@ -497,33 +497,6 @@ impl DeepSize for Manifest {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use lance_table::feature_flags as lance;
-    use refract_ledger::flags as ours;
-
-    #[test]
-    fn feature_bits_are_lance_14s() {
-        assert_eq!(ours::FLAG_DELETION_FILES, lance::FLAG_DELETION_FILES);
-        assert_eq!(
-            ours::FLAG_USE_V2_FORMAT_DEPRECATED,
-            lance::FLAG_USE_V2_FORMAT_DEPRECATED
-        );
-        assert_eq!(ours::FLAG_TABLE_CONFIG, lance::FLAG_TABLE_CONFIG);
-        assert_eq!(
-            ours::FLAG_MIXED_DATA_FILE_VERSIONS,
-            lance::FLAG_MIXED_DATA_FILE_VERSIONS
-        );
-        assert_eq!(
-            ours::FLAG_FRAGMENT_REUSE_INDEX,
-            lance::FLAG_FRAGMENT_REUSE_INDEX
-        );
-        assert_eq!(ours::FLAG_UNKNOWN, lance::FLAG_UNKNOWN);
-        // Everything Refract supports, Lance 14 knows.
-        assert_eq!(ours::SUPPORTED_FLAGS & !(lance::FLAG_UNKNOWN - 1), 0);
-    }
-}
-
 fn corrupt(message: String) -> Error {
     Error::corrupt("manifest", message)
 }
@@ -551,5 +524,32 @@ pub(crate) fn manifest_error(version: u64, err: Error) -> Error {
             Error::corrupt(label, format!("file path {path:?} leaves the dataset root"))
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lance_table::feature_flags as lance;
+    use refract_ledger::flags as ours;
+
+    #[test]
+    fn feature_bits_are_lance_14s() {
+        assert_eq!(ours::FLAG_DELETION_FILES, lance::FLAG_DELETION_FILES);
+        assert_eq!(
+            ours::FLAG_USE_V2_FORMAT_DEPRECATED,
+            lance::FLAG_USE_V2_FORMAT_DEPRECATED
+        );
+        assert_eq!(ours::FLAG_TABLE_CONFIG, lance::FLAG_TABLE_CONFIG);
+        assert_eq!(
+            ours::FLAG_MIXED_DATA_FILE_VERSIONS,
+            lance::FLAG_MIXED_DATA_FILE_VERSIONS
+        );
+        assert_eq!(
+            ours::FLAG_FRAGMENT_REUSE_INDEX,
+            lance::FLAG_FRAGMENT_REUSE_INDEX
+        );
+        assert_eq!(ours::FLAG_UNKNOWN, lance::FLAG_UNKNOWN);
+        // Everything Refract supports, Lance 14 knows.
+        assert_eq!(ours::SUPPORTED_FLAGS & !(lance::FLAG_UNKNOWN - 1), 0);
     }
 }
