@@ -13,16 +13,29 @@ use refract_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::{list_versions, Dataset};
-use crate::io::paths::TAGS_DIR;
-use crate::io::{DatasetStore, RelativePath};
+use crate::io::paths::{v1_manifest_path, TAGS_DIR};
+use crate::io::{manifest_path, DatasetStore, RelativePath};
 
 /// Longest tag name.
 const MAX_TAG_NAME_CHARS: usize = 128;
 
-/// What a tag file holds.
+/// What a tag file holds: pylance's JSON shape, so both engines read and
+/// write the same tags (only `version` is needed to read one).
 #[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct TagFile {
+    #[serde(default)]
+    branch: Option<String>,
     version: u64,
+    #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
+    updated_at: Option<String>,
+    /// Size of the tagged version's manifest file (pylance's readers use it).
+    #[serde(default)]
+    manifest_size: u64,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
 }
 
 /// The path of tag `name`, after checking the name.
@@ -54,8 +67,21 @@ pub async fn create_tag(dataset: &Dataset, name: &str, version: u64) -> Result<(
             "cannot tag version {version} as '{name}': the version does not exist"
         )));
     }
-    let bytes = serde_json::to_vec(&TagFile { version })
-        .map_err(|e| Error::external("encoding a tag", e))?;
+    let manifest_size = match dataset.store().head(&manifest_path(version)).await {
+        // A table created with Lance's V1 naming.
+        Err(Error::NotFound { .. }) => dataset.store().head(&v1_manifest_path(version)).await?,
+        other => other?,
+    };
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let tag = TagFile {
+        branch: None,
+        version,
+        created_at: Some(now.clone()),
+        updated_at: Some(now),
+        manifest_size,
+        metadata: BTreeMap::new(),
+    };
+    let bytes = serde_json::to_vec(&tag).map_err(|e| Error::external("encoding a tag", e))?;
     if dataset
         .store()
         .put_if_absent(&path, Bytes::from(bytes))
