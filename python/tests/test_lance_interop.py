@@ -121,3 +121,62 @@ def test_refuses_stable_row_ids(uri):
     with pytest.raises(refract.errors.NotSupportedError) as err:
         refract.dataset(uri).to_table()
     assert "\n" not in str(err.value)
+
+
+def _pylance_append(uri, options, start):
+    lance.write_dataset(numbered(start, start + 10), uri, mode="append", **lance_opts(options))
+    return "appended"
+
+
+def _refract_compact(uri, options):
+    ds = refract.dataset(uri, storage_options=options)
+    try:
+        ds.optimize.compact_files(target_rows_per_fragment=1000)
+    except refract.errors.ConflictError as err:
+        assert err.retryable, err
+        return "conflict"
+    return "compacted"
+
+
+def test_pylance_append_races_refract_compaction(location):
+    """Two engines, two processes, one table: nothing is lost, nothing resurrected."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    uri, options = location
+    outcomes = []
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for trial in range(20):
+            trial_uri = f"{uri}-{trial}"
+            lance.write_dataset(numbered(0, 50), trial_uri, max_rows_per_file=10, **lance_opts(options))
+            pylance(trial_uri, options).delete("id % 4 = 0")
+            append = pool.submit(_pylance_append, trial_uri, options, 1000)
+            compact = pool.submit(_refract_compact, trial_uri, options)
+            outcomes.append((append.result(), compact.result()))
+            expected = sorted([i for i in range(50) if i % 4] + list(range(1000, 1010)))
+            theirs = pylance(trial_uri, options)
+            # No validate() here: an order-keeping compaction under a racing
+            # append leaves fragment ids out of order (see the xfail below).
+            assert sorted(theirs.to_table().column("id").to_pylist()) == expected, outcomes[-1]
+            ours = refract.dataset(trial_uri, storage_options=options)
+            assert sorted(ours.to_table().column("id").to_pylist()) == expected
+            # A table in either state compacts to completion afterwards.
+            assert _refract_compact(trial_uri, options) == "compacted"
+            assert pylance(trial_uri, options).to_table().column("id").to_pylist() == ours.checkout_latest().to_table().column("id").to_pylist()
+    assert all(append == "appended" for append, _ in outcomes)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pylance's validate() requires fragment ids in list order; Refract's "
+    "order-keeping compaction of a run that is not the table's tail places a "
+    "new (higher) id before older ones",
+)
+def test_partial_compaction_passes_pylance_validate(uri):
+    lance.write_dataset(numbered(0, 10), uri)
+    lance.write_dataset(numbered(10, 20), uri, mode="append")
+    lance.write_dataset(numbered(20, 2000), uri, mode="append")
+    refract.dataset(uri).optimize.compact_files(target_rows_per_fragment=1000)
+    theirs = pylance(uri, None)
+    assert theirs.to_table().column("id").to_pylist() == list(range(2000))
+    theirs.validate()
