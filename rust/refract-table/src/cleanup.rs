@@ -16,7 +16,7 @@ use std::time::Duration;
 use refract_core::{Error, Result};
 
 use crate::dataset::{list_versions, Dataset};
-use crate::io::paths::{DATA_DIR, DELETIONS_DIR, FRI_DIR, INDICES_DIR, TRANSACTIONS_DIR};
+use crate::io::paths::{COLLECTABLE_DIRS, FRI_DIR, INDICES_DIR};
 use crate::io::RelativePath;
 use crate::references::{version_references, FileKind};
 
@@ -143,13 +143,7 @@ pub(crate) fn is_referenced(referenced: &HashSet<String>, path: &RelativePath) -
 /// Files under the scanned directories that `referenced` covers.
 async fn count_referenced_files(dataset: &Dataset, referenced: &HashSet<String>) -> Result<u64> {
     let mut count = 0u64;
-    for dir in [
-        DATA_DIR,
-        DELETIONS_DIR,
-        INDICES_DIR,
-        FRI_DIR,
-        TRANSACTIONS_DIR,
-    ] {
+    for dir in COLLECTABLE_DIRS {
         for object in dataset.store().list(&RelativePath::parse(dir)?).await? {
             if is_referenced(referenced, &object.path) {
                 count += 1;

@@ -27,9 +27,7 @@ use serde::Serialize;
 
 use crate::cleanup::{is_referenced, referenced_paths};
 use crate::dataset::{list_versions, Dataset};
-use crate::io::paths::{
-    DATA_DIR, DELETIONS_DIR, FRI_DIR, INDICES_DIR, TRANSACTIONS_DIR, VERSIONS_DIR,
-};
+use crate::io::paths::{COLLECTABLE_DIRS, FRI_DIR, INDICES_DIR, VERSIONS_DIR};
 use crate::io::{manifest_path, RelativePath};
 use crate::references::{version_references, FileKind};
 use crate::tags::list_tags_in;
@@ -230,13 +228,7 @@ async fn expired_only_files(
     expired_dirs: &BTreeSet<String>,
 ) -> Result<Vec<(RelativePath, RemovedFile)>> {
     let mut out = Vec::new();
-    for dir in [
-        DATA_DIR,
-        DELETIONS_DIR,
-        INDICES_DIR,
-        FRI_DIR,
-        TRANSACTIONS_DIR,
-    ] {
+    for dir in COLLECTABLE_DIRS {
         for object in dataset.store().list(&RelativePath::parse(dir)?).await? {
             let path = object.path.as_str();
             let kind = match expired_files.get(path) {

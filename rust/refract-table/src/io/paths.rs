@@ -26,6 +26,15 @@ pub const DELETIONS_DIR: &str = "_deletions";
 pub const INDICES_DIR: &str = "_indices";
 /// Directory holding one sub-directory per stable-partition row map.
 pub const FRI_DIR: &str = "_fri";
+/// The directories whose files cleanup lists and may delete (everything a
+/// version references except its manifest and tags).
+pub const COLLECTABLE_DIRS: [&str; 5] = [
+    DATA_DIR,
+    DELETIONS_DIR,
+    INDICES_DIR,
+    FRI_DIR,
+    TRANSACTIONS_DIR,
+];
 /// Directory holding one small JSON file per tag.
 pub const TAGS_DIR: &str = "_refs/tags";
 /// File name of a row map inside its directory.
