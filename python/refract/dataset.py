@@ -642,6 +642,14 @@ class Dataset:
         self._native, report = _refract.trim_fri_py(self._native)
         return json.loads(report)
 
+    def describe_fri(self) -> Dict[str, Any]:
+        """The fragment reuse index (Lance's ``__lance_frag_reuse``) of this
+        version: ``fri_uuid``, ``index_version``, ``storage``, ``fri_flag``
+        and ``transitions`` (``kind``, ``legacy``, ``dataset_version``,
+        ``sources``, ``destinations``, ``fingerprint``, ``map_id``), oldest
+        first; no ``fri_uuid`` and no transitions without one."""
+        return json.loads(_refract.describe_fri_py(self._native))
+
     def maintain(
         self,
         compaction: Optional[Dict[str, Any]] = None,

@@ -47,6 +47,7 @@ fn _refract(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(optimize::commit_compaction_py, module)?)?;
     module.add_function(wrap_pyfunction!(optimize::remap_indices_py, module)?)?;
     module.add_function(wrap_pyfunction!(optimize::trim_fri_py, module)?)?;
+    module.add_function(wrap_pyfunction!(optimize::describe_fri_py, module)?)?;
     module.add_function(wrap_pyfunction!(optimize::partition_fragments_py, module)?)?;
     module.add_function(wrap_pyfunction!(optimize::maintain_py, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -13,6 +13,7 @@ use refract_optimize::compaction::{
     commit_compaction, compact_files, plan_compaction, CompactionOptions, CompactionTask,
     RewriteResult,
 };
+use refract_optimize::fri::describe::describe_fri;
 use refract_optimize::fri::{partition_fragments, PartitionBy, PartitionOptions};
 use refract_optimize::maintain::{maintain, MaintainOptions, DEFAULT_MAX_ROUNDS};
 use refract_optimize::remap::{remap_indices, RemapOptions};
@@ -163,6 +164,13 @@ pub fn trim_fri_py(py: Python<'_>, dataset: &PyDataset) -> PyResult<(PyDataset, 
     let mut current = dataset.inner.clone();
     let report = block_on(py, trim_fri(&mut current))?.py_result(py)?;
     Ok((PyDataset::new(current), to_json(&report)?))
+}
+
+/// The fragment reuse index of the dataset's version, as JSON.
+#[pyfunction]
+pub fn describe_fri_py(py: Python<'_>, dataset: &PyDataset) -> PyResult<String> {
+    let description = block_on(py, describe_fri(&dataset.inner))?.py_result(py)?;
+    to_json(&description)
 }
 
 /// Stable-partition rewrite by `column`: hashed into `destinations`, or by

@@ -16,6 +16,7 @@ use roaring::{RoaringBitmap, RoaringTreemap};
 use refract_core::roaring_format::{BitmapFrame, ByteCursor};
 
 use crate::model::FragmentDigest;
+use crate::model::FragmentDigestExt;
 use crate::violation::{Checked, Violation};
 
 const ROWS_PER_CONTAINER: u64 = 1 << 16;

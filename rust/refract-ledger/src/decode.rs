@@ -1,5 +1,5 @@
-//! Decoding: the version gate, the `FriDetails` envelope and the ledger
-//! content.
+//! Decoding: the version gate, Lance's `FragmentReuseIndexDetails` envelope
+//! and the ledger content.
 //!
 //! Order matters. [`parse_details`] checks `index_version` before it looks at
 //! a single byte, then resolves where the content lives (validating an external
@@ -7,13 +7,14 @@
 //! content bytes into validated records.
 
 use prost::Message;
+use refract_core::checksum::FileChecksum;
 use refract_core::{Error, Result};
 use uuid::Uuid;
 
 use crate::bitmap;
 use crate::external::ExternalContent;
 use crate::model::{LegacyVersion, Mapping, TransitionRecord};
-use crate::proto;
+use crate::proto::{self, ROW_MAP_CHECKSUMS_FIELD};
 use crate::validate;
 use crate::violation::{Checked, Violation, WHAT};
 use crate::wire::{fields, Payload};
@@ -52,12 +53,13 @@ pub enum ContentLocation<'a> {
 
 /// Parses the details of FRI entry `fri_uuid` stored with `index_version`.
 ///
-/// Runs before any I/O.
+/// Runs before any I/O. Envelope fields other than the content (1, 2) and
+/// Refract's row-map checksums are skipped, as Lance's readers skip them.
 ///
 /// # Errors
-/// NotSupported for an unknown version; Corrupt for malformed details, not
-/// exactly one content field, or a details `index_version` that disagrees with
-/// the entry's; PathEscape / Corrupt for a bad external reference.
+/// NotSupported for an unknown version; Corrupt for malformed details or not
+/// exactly one content field; Corrupt for an external reference leaving the
+/// FRI's index directory or an impossible range.
 pub fn parse_details<'a>(
     details: &'a [u8],
     index_version: u32,
@@ -67,7 +69,6 @@ pub fn parse_details<'a>(
     let corrupt = |message: String| Error::corrupt(WHAT, message);
     let mut location = None;
     let mut content_fields = 0usize;
-    let mut recorded_version = 0u64;
     for field in fields(details) {
         let field = field.map_err(|e| corrupt(format!("details: {e}")))?;
         match (field.number, field.payload) {
@@ -83,21 +84,15 @@ pub fn parse_details<'a>(
                     file, fri_uuid,
                 )?));
             }
-            (3, Payload::Varint(v)) => recorded_version = v,
-            (1..=3, _) => {
+            (1 | 2, _) => {
                 return Err(corrupt(format!(
                     "details field {} has the wrong wire type",
                     field.number
                 )))
             }
-            // Unknown envelope fields carry nothing this build must honour.
+            // Other envelope fields carry nothing the content depends on.
             _ => {}
         }
-    }
-    if recorded_version != u64::from(index_version) {
-        return Err(corrupt(format!(
-            "details record index_version {recorded_version} but the entry has {index_version}"
-        )));
     }
     match (content_fields, location) {
         (1, Some(location)) => Ok(location),
@@ -105,6 +100,32 @@ pub fn parse_details<'a>(
             "details must hold exactly one content field, found {n}"
         ))),
     }
+}
+
+/// The row-map checksums Refract records in the details envelope, by map id.
+/// Empty when the details were written by another Lance writer.
+pub(crate) fn row_map_checksums(details: &[u8]) -> Checked<Vec<(Uuid, FileChecksum)>> {
+    let mut out = Vec::new();
+    for field in fields(details) {
+        let field = field.map_err(|e| Violation::invalid(format!("details: {e}")))?;
+        if field.number != ROW_MAP_CHECKSUMS_FIELD {
+            continue;
+        }
+        let Payload::Bytes(bytes) = field.payload else {
+            return Err(Violation::invalid(
+                "row-map checksums have the wrong wire type",
+            ));
+        };
+        let record = proto::RowMapChecksums::decode(bytes)
+            .map_err(|e| Violation::invalid(format!("row-map checksums: {e}")))?;
+        for map in record.maps {
+            let map_id = validate::parse_map_id(&map.map_id)?;
+            let checksum = FileChecksum::from_le_bytes(map.block_bytes, &map.crc32c)
+                .map_err(|e| Violation::invalid(format!("row-map checksum of {map_id}: {e}")))?;
+            out.push((map_id, checksum));
+        }
+    }
+    Ok(out)
 }
 
 /// Decoded, individually validated content (lineage not yet checked).
@@ -155,20 +176,20 @@ fn legacy_version(bytes: &[u8]) -> Checked<LegacyVersion> {
         .map(|group| {
             validate::check_sides(&group.old_fragments, &group.new_fragments)?;
             let surviving =
-                bitmap::decode_surviving(&group.surviving_old_addresses, &group.old_fragments)?;
+                bitmap::decode_surviving(&group.changed_row_addrs, &group.old_fragments)?;
             Ok(TransitionRecord::from_validated(
                 group.old_fragments,
                 group.new_fragments,
                 Mapping::OrderedCompaction { surviving },
-                version.dataset_version,
+                Some(version.dataset_version),
             ))
         })
         .collect::<Checked<Vec<_>>>()?;
     Ok(LegacyVersion::from_groups(version.dataset_version, groups))
 }
 
-/// Field numbers of `Transition` this build understands.
-const KNOWN_TRANSITION_FIELDS: [u32; 5] = [1, 2, 3, 4, 5];
+/// Field numbers of Lance's `Transition` this build understands.
+const KNOWN_TRANSITION_FIELDS: [u32; 4] = [1, 2, 3, 4];
 
 /// Decodes one tagged transition; `None` when it carries a field this build
 /// does not know (a future mapping or metadata): neither its mapping nor its
@@ -194,13 +215,22 @@ fn tagged_transition(bytes: &[u8]) -> Checked<Option<TransitionRecord>> {
     validate::check_sides(&transition.sources, &transition.destinations)?;
     let mapping = match transition.mapping {
         Some(proto::transition::Mapping::OrderedCompaction(oc)) => Mapping::OrderedCompaction {
-            surviving: bitmap::decode_surviving(&oc.surviving_old_addresses, &transition.sources)?,
+            surviving: bitmap::decode_surviving(&oc.changed_row_addrs, &transition.sources)?,
         },
-        Some(proto::transition::Mapping::StablePartition(sp)) => Mapping::StablePartition {
-            map_id: validate::parse_map_id(&sp.map_id)?,
-            map_size_bytes: sp.map_size_bytes,
-            map_checksum: validate::parse_map_checksum(&sp)?,
-        },
+        Some(proto::transition::Mapping::StablePartition(sp)) => {
+            if let Some(base) = sp.base_id {
+                return Err(Violation::Unsupported(format!(
+                    "stable partition row map {} lives in base path {base}; base paths are not supported",
+                    sp.map_id
+                )));
+            }
+            Mapping::StablePartition {
+                map_id: validate::parse_map_id(&sp.map_id)?,
+                map_size_bytes: sp.map_size_bytes,
+                // Filled from the details envelope (`Ledger::attach_row_map_checksums`).
+                map_checksum: None,
+            }
+        }
         // Exactly one mapping field was seen above.
         None => return Err(Violation::invalid("a transition needs exactly one mapping")),
     };
@@ -209,6 +239,6 @@ fn tagged_transition(bytes: &[u8]) -> Checked<Option<TransitionRecord>> {
         transition.sources,
         transition.destinations,
         mapping,
-        transition.dataset_version,
+        None,
     )))
 }

@@ -1,8 +1,9 @@
 //! External ledger content: a validated reference to a byte range of a file
 //! under the FRI's own index directory.
 //!
-//! Everything here runs before any I/O: the path must stay inside
-//! `_indices/<fri uuid>/`, and `offset + size` must neither overflow nor exceed
+//! Lance records the path relative to the FRI's index directory
+//! (`details.binpb`). Everything here runs before any I/O: the path must stay
+//! inside `_indices/<fri uuid>/`, and `offset + size` must neither overflow nor exceed
 //! [`MAX_EXTERNAL_BYTES`]. After the read, [`ExternalContent::verify_received`]
 //! checks the length.
 
@@ -29,12 +30,13 @@ pub struct ExternalContent {
 impl ExternalContent {
     /// Validates a stored reference of FRI `fri_uuid`.
     ///
-    /// Errors: `Corrupt` for a path that is absolute, contains `..`, `.`,
-    /// empty components, backslashes or NUL, or is not under
-    /// `_indices/<fri uuid>/` (stored bytes naming a file elsewhere are
-    /// damaged or forged), and for an overflowing or oversized range.
+    /// Errors: `Corrupt` for a path that is absolute or contains `..`, `.`,
+    /// empty components, backslashes or NUL (stored bytes naming a file
+    /// outside `_indices/<fri uuid>/` are damaged or forged), and for an
+    /// overflowing or oversized range.
     pub(crate) fn from_proto(file: proto::ExternalFile, fri_uuid: &Uuid) -> Result<Self> {
         check_path(&file.path, fri_uuid)?;
+        let path = format!("{}{}", fri_directory(fri_uuid), file.path);
         let end = file.offset.checked_add(file.size).ok_or_else(|| {
             Error::corrupt(
                 WHAT,
@@ -54,7 +56,7 @@ impl ExternalContent {
             ));
         }
         Ok(Self {
-            path: file.path,
+            path,
             offset: file.offset,
             size: file.size,
         })
@@ -115,14 +117,11 @@ fn check_path(path: &str, fri_uuid: &Uuid) -> Result<()> {
             ),
         )
     };
-    if path.contains(['\\', '\0']) {
+    if path.contains(['\\', '\0', ':']) {
         return Err(escape());
     }
-    let Some(rest) = path.strip_prefix(&fri_directory(fri_uuid)) else {
-        return Err(escape());
-    };
     let bad_component = |c: &str| c.is_empty() || c == "." || c == "..";
-    if rest.split('/').any(bad_component) {
+    if path.split('/').any(bad_component) {
         return Err(escape());
     }
     Ok(())
@@ -144,16 +143,16 @@ mod tests {
     }
 
     #[rstest]
-    #[case::absolute("/_indices/12345678-9abc-def0-1234-56789abcdef0/details.binpb")]
-    #[case::parent("_indices/12345678-9abc-def0-1234-56789abcdef0/../x/details.binpb")]
-    #[case::dot("_indices/12345678-9abc-def0-1234-56789abcdef0/./details.binpb")]
-    #[case::empty_component("_indices/12345678-9abc-def0-1234-56789abcdef0//details.binpb")]
-    #[case::directory_only("_indices/12345678-9abc-def0-1234-56789abcdef0/")]
-    #[case::other_fri("_indices/00000000-0000-0000-0000-000000000000/details.binpb")]
-    #[case::outside("data/details.binpb")]
-    #[case::bare("details.binpb")]
-    #[case::backslash("_indices/12345678-9abc-def0-1234-56789abcdef0\\..\\x")]
-    #[case::windows_absolute("C:/_indices/12345678-9abc-def0-1234-56789abcdef0/d")]
+    #[case::absolute("/details.binpb")]
+    #[case::parent("../x/details.binpb")]
+    #[case::other_fri("../00000000-0000-0000-0000-000000000000/details.binpb")]
+    #[case::up_to_root("../../data/x.lance")]
+    #[case::dot("./details.binpb")]
+    #[case::empty_component("sub//details.binpb")]
+    #[case::directory_only("sub/")]
+    #[case::empty("")]
+    #[case::backslash("..\\x")]
+    #[case::windows_absolute("C:/details.binpb")]
     fn escaping_paths_are_rejected(#[case] path: &str) {
         let err = ExternalContent::from_proto(file(path, 0, 1), &FRI).unwrap_err();
         assert!(
@@ -164,9 +163,11 @@ mod tests {
 
     #[test]
     fn valid_reference_gives_range() {
-        let path = "_indices/12345678-9abc-def0-1234-56789abcdef0/details.binpb";
-        let ext = ExternalContent::from_proto(file(path, 10, 20), &FRI).unwrap();
-        assert_eq!(ext.path(), path);
+        let ext = ExternalContent::from_proto(file("details.binpb", 10, 20), &FRI).unwrap();
+        assert_eq!(
+            ext.path(),
+            "_indices/12345678-9abc-def0-1234-56789abcdef0/details.binpb"
+        );
         assert_eq!(ext.byte_range(), 10..30);
         assert!(ext.verify_received(&[0; 20]).is_ok());
         assert!(matches!(
@@ -184,8 +185,8 @@ mod tests {
     #[case::overflow_both(u64::MAX / 2 + 1, u64::MAX / 2 + 1)]
     #[case::too_large(0, MAX_EXTERNAL_BYTES + 1)]
     fn bad_ranges_are_corrupt(#[case] offset: u64, #[case] size: u64) {
-        let path = "_indices/12345678-9abc-def0-1234-56789abcdef0/details.binpb";
-        let err = ExternalContent::from_proto(file(path, offset, size), &FRI).unwrap_err();
+        let err =
+            ExternalContent::from_proto(file("details.binpb", offset, size), &FRI).unwrap_err();
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }
 }

@@ -1,9 +1,9 @@
 //! Transition fingerprints.
 //!
 //! A fingerprint identifies a transition's *content*: blake3 of the canonical
-//! protobuf encoding of a `Transition` holding the sources, destinations and
-//! mapping, with `dataset_version` left out (so a restamped commit keeps its
-//! identity). Canonical means: fields in number order (prost), digests in their
+//! encoding of Lance's `Transition` holding the sources, destinations and
+//! mapping (no dataset version and no row-map checksum, so a restamped commit
+//! keeps its identity). Canonical means: fields in number order (prost), digests in their
 //! recorded order, the bitmap in canonical roaring form, the map id in
 //! hyphenated lowercase. A lifted legacy group and the equivalent version-1
 //! transition therefore share a fingerprint. Readers key mapping and row-map
@@ -23,7 +23,7 @@ pub(crate) fn fingerprint(
     destinations: &[FragmentDigest],
     mapping: &Mapping,
 ) -> Fingerprint {
-    let proto = transition_proto(sources, destinations, mapping, 0);
+    let proto = transition_proto(sources, destinations, mapping);
     *blake3::hash(&proto.encode_to_vec()).as_bytes()
 }
 

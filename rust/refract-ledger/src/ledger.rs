@@ -56,14 +56,54 @@ impl Ledger {
         fri_uuid: &Uuid,
         read_external: impl FnOnce(&ExternalContent) -> Result<Vec<u8>>,
     ) -> Result<Self> {
-        match decode::parse_details(details, index_version, fri_uuid)? {
-            ContentLocation::Inline(content) => Self::from_content_bytes(content, index_version),
+        let mut ledger = match decode::parse_details(details, index_version, fri_uuid)? {
+            ContentLocation::Inline(content) => Self::from_content_bytes(content, index_version)?,
             ContentLocation::External(external) => {
                 let bytes = read_external(&external)?;
                 external.verify_received(&bytes)?;
-                Self::from_content_bytes(&bytes, index_version)
+                Self::from_content_bytes(&bytes, index_version)?
             }
+        };
+        ledger.attach_row_map_checksums(details)?;
+        Ok(ledger)
+    }
+
+    /// Gives each stable partition the row-map checksum Refract recorded in
+    /// the details envelope. Details another Lance writer rebuilt carry none:
+    /// those row maps are then read unverified, never against a stale record.
+    ///
+    /// # Errors
+    /// Corrupt when the recorded checksums are malformed, name a map the
+    /// ledger does not reference, or do not cover the map's recorded size.
+    pub fn attach_row_map_checksums(&mut self, details: &[u8]) -> Result<()> {
+        let checksums =
+            decode::row_map_checksums(details).map_err(|v| v.into_error(Origin::Stored))?;
+        for (map_id, checksum) in checksums {
+            let record = self
+                .transitions
+                .iter_mut()
+                .find(|t| matches!(t.mapping(), Mapping::StablePartition { map_id: id, .. } if *id == map_id))
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        crate::violation::WHAT,
+                        format!("a row-map checksum names map {map_id}, which no transition references"),
+                    )
+                })?;
+            if let Mapping::StablePartition { map_size_bytes, .. } = record.mapping() {
+                checksum.check_size("row map", *map_size_bytes).map_err(|_| {
+                    Error::corrupt(
+                        crate::violation::WHAT,
+                        format!(
+                            "the row-map checksum of {map_id} covers {} blocks of {} bytes, not {map_size_bytes} bytes",
+                            checksum.blocks().len(),
+                            checksum.block_bytes()
+                        ),
+                    )
+                })?;
+            }
+            record.set_map_checksum(checksum);
         }
+        Ok(())
     }
 
     /// Decodes encoded `InlineContent` (the inline payload or the external
@@ -244,15 +284,21 @@ impl Ledger {
         ))
     }
 
-    /// Encodes the details of a new FRI entry `fri_uuid`: inline up to
-    /// [`crate::MAX_INLINE_BYTES`], otherwise a reference to
-    /// `_indices/<fri_uuid>/details.binpb`, whose bytes the caller writes.
+    /// Encodes the details of a new FRI entry `fri_uuid` in Lance's envelope:
+    /// inline up to [`crate::MAX_INLINE_BYTES`], otherwise a reference to
+    /// `details.binpb` in `_indices/<fri_uuid>/`, whose bytes the caller
+    /// writes; then the row-map checksums Lance has no field for.
     ///
     /// # Errors
     /// NotSupported when the ledger holds unsupported transitions.
     pub fn encode_details(&self, fri_uuid: &Uuid) -> Result<EncodedDetails> {
         let content = self.encode_content()?;
-        Ok(encode::details(content, self.index_version(), fri_uuid))
+        Ok(encode::details(
+            content,
+            self.index_version(),
+            fri_uuid,
+            &self.transitions,
+        ))
     }
 
     fn ensure_maintainable(&self) -> Result<()> {

@@ -1,7 +1,7 @@
 //! # refract-ledger
 //!
-//! The fragment-reuse-index (FRI) ledger: the protobuf types of `protos/fri.proto`,
-//! decoding with full validation (digests, row conservation, lineage), canonical
+//! The fragment-reuse-index (FRI) ledger: Lance's `FragmentReuseIndexDetails`
+//! messages (from `lance-table`), decoding with full validation (digests, row conservation, lineage), canonical
 //! encoding and fingerprints, and the feature flags plus write gate that fence
 //! tables carrying a version-1 history.
 //!
@@ -12,7 +12,7 @@
 //! [`Ledger::encode_details`]. See `docs/fri.md`.
 //!
 //! ```
-//! use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
+//! use refract_ledger::{FragmentDigest, FragmentDigestExt, Ledger, Mapping, TransitionRecord};
 //! use roaring::RoaringTreemap;
 //!
 //! // Fragments 1 and 2 (10 rows each, none deleted) compacted into fragment 3.
@@ -22,9 +22,7 @@
 //! let record = TransitionRecord::new(
 //!     vec![FragmentDigest::new(1, 10, 0), FragmentDigest::new(2, 10, 0)],
 //!     vec![FragmentDigest::new(3, 20, 0)],
-//!     Mapping::OrderedCompaction { surviving },
-//!     5,
-//! )?;
+//!     Mapping::OrderedCompaction { surviving })?;
 //! let mut ledger = Ledger::new();
 //! ledger.push_transition(record)?;
 //! let stored = ledger.encode_content()?;
@@ -61,8 +59,10 @@ pub use external::{fri_directory, ExternalContent, MAX_EXTERNAL_BYTES};
 pub use fingerprint::{fingerprint_hex, Fingerprint};
 pub use ledger::Ledger;
 pub use lineage::Lineage;
-pub use model::{lift_legacy, FragmentDigest, LegacyVersion, Mapping, TransitionRecord};
-pub use system::{append_legacy_version, is_fri_name, FRI_INDEX_NAME, FRI_INDEX_TYPE};
+pub use model::{
+    lift_legacy, FragmentDigest, FragmentDigestExt, LegacyVersion, Mapping, TransitionRecord,
+};
+pub use system::{append_legacy_version, is_fri_entry_of, FRI_INDEX_NAME, FRI_INDEX_TYPE};
 pub use validate::{MAX_FRAGMENT_ID_EXCLUSIVE, MAX_PARTITION_DESTINATIONS, MAX_PHYSICAL_ROWS};
 
 #[cfg(test)]

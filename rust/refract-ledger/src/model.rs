@@ -17,10 +17,18 @@ use crate::violation::{Checked, Origin};
 
 pub use crate::proto::FragmentDigest;
 
-impl FragmentDigest {
+/// Construction and row arithmetic for Lance's [`FragmentDigest`] message.
+pub trait FragmentDigestExt {
     /// A digest of fragment `id` with `physical_rows` rows of which
     /// `num_deleted_rows` are deleted.
-    pub fn new(id: u64, physical_rows: u64, num_deleted_rows: u64) -> Self {
+    fn new(id: u64, physical_rows: u64, num_deleted_rows: u64) -> Self;
+
+    /// Rows that are not deleted (0 when the digest is inconsistent).
+    fn live_rows(&self) -> u64;
+}
+
+impl FragmentDigestExt for FragmentDigest {
+    fn new(id: u64, physical_rows: u64, num_deleted_rows: u64) -> Self {
         Self {
             id,
             physical_rows,
@@ -28,8 +36,7 @@ impl FragmentDigest {
         }
     }
 
-    /// Rows that are not deleted (0 when the digest is inconsistent).
-    pub fn live_rows(&self) -> u64 {
+    fn live_rows(&self) -> u64 {
         self.physical_rows.saturating_sub(self.num_deleted_rows)
     }
 }
@@ -71,7 +78,7 @@ pub struct TransitionRecord {
     destinations: Vec<FragmentDigest>,
     mapping: Mapping,
     fingerprint: Fingerprint,
-    dataset_version: u64,
+    dataset_version: Option<u64>,
 }
 
 impl TransitionRecord {
@@ -85,9 +92,8 @@ impl TransitionRecord {
         sources: Vec<FragmentDigest>,
         destinations: Vec<FragmentDigest>,
         mapping: Mapping,
-        dataset_version: u64,
     ) -> Result<Self> {
-        Self::checked(sources, destinations, mapping, dataset_version)
+        Self::checked(sources, destinations, mapping, None)
             .map_err(|v| v.into_error(Origin::Caller))
     }
 
@@ -96,7 +102,7 @@ impl TransitionRecord {
         sources: Vec<FragmentDigest>,
         destinations: Vec<FragmentDigest>,
         mapping: Mapping,
-        dataset_version: u64,
+        dataset_version: Option<u64>,
     ) -> Checked<Self> {
         validate::check_sides(&sources, &destinations)?;
         let mapping = match mapping {
@@ -123,7 +129,7 @@ impl TransitionRecord {
         sources: Vec<FragmentDigest>,
         destinations: Vec<FragmentDigest>,
         mapping: Mapping,
-        dataset_version: u64,
+        dataset_version: Option<u64>,
     ) -> Self {
         let fingerprint = fingerprint(&sources, &destinations, &mapping);
         Self {
@@ -157,9 +163,18 @@ impl TransitionRecord {
         &self.fingerprint
     }
 
-    /// The dataset version the rewrite was planned against.
-    pub fn dataset_version(&self) -> u64 {
+    /// The dataset version a legacy (version 0) group was planned against;
+    /// `None` for a version-1 transition, which Lance records without one.
+    pub fn dataset_version(&self) -> Option<u64> {
         self.dataset_version
+    }
+
+    /// Sets the row map's checksum of a stable partition (no-op otherwise);
+    /// the fingerprint does not cover it.
+    pub(crate) fn set_map_checksum(&mut self, checksum: FileChecksum) {
+        if let Mapping::StablePartition { map_checksum, .. } = &mut self.mapping {
+            *map_checksum = Some(checksum);
+        }
     }
 
     /// True when `fragment_id` is one of the sources.

@@ -12,17 +12,25 @@ use crate::ledger::Ledger;
 use crate::model::{Mapping, TransitionRecord};
 use crate::proto;
 
-/// Reserved name of the FRI system entry. Names starting with `__` are system
-/// entries that index listings pass through untouched.
-pub const FRI_INDEX_NAME: &str = "__refract_fri";
+/// Reserved name of the FRI system entry, Lance's. Names starting with `__`
+/// are system entries that index listings pass through untouched.
+pub const FRI_INDEX_NAME: &str = lance_table::system_index::frag_reuse::FRAG_REUSE_INDEX_NAME;
 
-/// Index type string recorded in the FRI entry.
-pub const FRI_INDEX_TYPE: &str = "fragment_reuse";
+/// Index type recorded in the FRI entry: the type URL of its details.
+pub const FRI_INDEX_TYPE: &str = crate::proto::DETAILS_TYPE_URL;
 
-/// True when an index entry named `name` is the FRI.
-pub fn is_fri_name(name: &str) -> bool {
+/// True when an index entry named `name` with type (details type URL)
+/// `index_type` is the FRI. Like Lance, both must match: a user index that
+/// borrows the name is not the FRI.
+pub fn is_fri_entry_of(name: &str, index_type: &str) -> bool {
     name == FRI_INDEX_NAME
+        && index_type
+            .rsplit_once('/')
+            .is_some_and(|(_, type_name)| type_name.eq_ignore_ascii_case(FRI_TYPE_NAME))
 }
+
+/// Fully qualified name of the details message.
+const FRI_TYPE_NAME: &str = "lance.table.FragmentReuseIndexDetails";
 
 /// Appends a legacy (version 0) reuse version — the groups of one deferred
 /// compaction, each an ordered-compaction record — to a version-0 ledger, as a
@@ -54,7 +62,7 @@ pub fn append_legacy_version(
                 // Serializing into a Vec cannot fail.
                 let _ = surviving.serialize_into(&mut bytes);
                 Ok(proto::Group {
-                    surviving_old_addresses: bytes,
+                    changed_row_addrs: bytes,
                     old_fragments: group.sources().to_vec(),
                     new_fragments: group.destinations().to_vec(),
                 })

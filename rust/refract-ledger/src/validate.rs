@@ -4,11 +4,10 @@
 
 use std::collections::HashSet;
 
-use refract_core::checksum::FileChecksum;
 use uuid::Uuid;
 
+use crate::model::FragmentDigestExt;
 use crate::model::{FragmentDigest, Mapping};
-use crate::proto;
 use crate::violation::{Checked, Violation};
 
 /// The largest valid fragment id + 1: ids fill the high 32 bits of a row
@@ -112,26 +111,6 @@ pub(crate) fn check_mapping(mapping: &Mapping, destinations: &[FragmentDigest]) 
 /// A value that could act as a path (`/`, `\`, `..`, NUL) is a
 /// [`Violation::PathEscape`]: the id names a directory under `_fri/`. Any other
 /// non-UUID is [`Violation::Invalid`].
-/// The row map's recorded checksum (`None` before checksums), which must
-/// cover exactly `map_size_bytes` bytes.
-pub(crate) fn parse_map_checksum(sp: &proto::StablePartition) -> Checked<Option<FileChecksum>> {
-    if sp.map_checksum_block_bytes == 0 && sp.map_checksum_crc32c.is_empty() {
-        return Ok(None);
-    }
-    let checksum =
-        FileChecksum::from_le_bytes(sp.map_checksum_block_bytes, &sp.map_checksum_crc32c)
-            .map_err(|e| Violation::invalid(format!("stable partition row-map checksum: {e}")))?;
-    if checksum.check_size("row map", sp.map_size_bytes).is_err() {
-        return Err(Violation::invalid(format!(
-            "stable partition row-map checksum covers {} blocks of {} bytes, not {} bytes",
-            checksum.blocks().len(),
-            checksum.block_bytes(),
-            sp.map_size_bytes
-        )));
-    }
-    Ok(Some(checksum))
-}
-
 pub(crate) fn parse_map_id(map_id: &str) -> Checked<Uuid> {
     if map_id.contains(['/', '\\', '\0']) || map_id.contains("..") {
         return Err(Violation::PathEscape(format!("_fri/{map_id}")));

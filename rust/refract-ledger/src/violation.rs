@@ -17,6 +17,8 @@ pub(crate) enum Violation {
     Invalid(String),
     /// A name that would be used as a path component leaves its directory.
     PathEscape(String),
+    /// A Lance feature this build does not implement.
+    Unsupported(String),
 }
 
 /// Where the checked content came from.
@@ -43,6 +45,7 @@ impl Violation {
             (Violation::PathEscape(path), Origin::Caller) => Error::PathEscape { path },
             (Violation::Invalid(message), Origin::Stored) => Error::corrupt(WHAT, message),
             (Violation::Invalid(message), Origin::Caller) => Error::invalid_input(message),
+            (Violation::Unsupported(message), _) => Error::not_supported(message),
         }
     }
 }

@@ -12,7 +12,9 @@ use refract_core::{
     Error, FragmentRows, MappingReader, OrderedCompactionMapping, RewriteGroupInput, RowAddrRemap,
 };
 use refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;
-use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord, MAX_INLINE_BYTES};
+use refract_ledger::{
+    FragmentDigest, FragmentDigestExt, Ledger, Mapping, TransitionRecord, MAX_INLINE_BYTES,
+};
 use refract_optimize::fri::{
     deferred_remap_hook, describe_fri, fri_uuid, legacy_deferred_remap_hook, load_ledger,
     new_fri_entry,
@@ -128,7 +130,8 @@ async fn deferred_compaction_records_every_group_and_translates_like_its_remap()
             FragmentDigest::new(3, 100, 0)
         ]
     );
-    assert_eq!(first.dataset_version(), read.version());
+    // Lance records no planned version in a version-1 transition.
+    assert_eq!(first.dataset_version(), None);
     let dest_ids: Vec<u64> = ledger
         .transitions()
         .iter()
@@ -281,7 +284,6 @@ fn big_transition(rows: u64) -> TransitionRecord {
         vec![FragmentDigest::new(600, rows, rows - live)],
         vec![FragmentDigest::new(601, live, 0)],
         Mapping::OrderedCompaction { surviving },
-        1,
     )
     .unwrap()
 }
@@ -359,7 +361,8 @@ async fn describe_without_history_reports_none() {
     assert!(!description.fri_flag);
 }
 
-/// External details pointing at `path` with `offset` and `size`.
+/// External details pointing at `path` (relative to the FRI's index
+/// directory, as Lance records it) with `offset` and `size`.
 fn external_details(path: &str, offset: u64, size: u64) -> Vec<u8> {
     let mut file = Vec::new();
     pb::field_bytes(1, path.as_bytes(), &mut file);
@@ -367,19 +370,19 @@ fn external_details(path: &str, offset: u64, size: u64) -> Vec<u8> {
     pb::field_varint(3, size, &mut file);
     let mut details = Vec::new();
     pb::field_bytes(2, &file, &mut details);
-    pb::field_varint(3, 1, &mut details);
     details
 }
 
 #[rstest]
 #[case::other_directory(
-    "_indices/00000000-0000-0000-0000-000000000000/details.binpb",
+    "../00000000-0000-0000-0000-000000000000/details.binpb",
     0,
     10,
     "escape"
 )]
-#[case::parent("_indices/{uuid}/../../data/x.lance", 0, 10, "escape")]
-#[case::overflow("_indices/{uuid}/details.binpb", u64::MAX, 2, "corrupt")]
+#[case::parent("../../data/x.lance", 0, 10, "escape")]
+#[case::absolute("/_indices/{uuid}/details.binpb", 0, 10, "escape")]
+#[case::overflow("details.binpb", u64::MAX, 2, "corrupt")]
 #[tokio::test]
 async fn bad_external_references_fail_before_any_read(
     #[case] path: &str,

@@ -5,7 +5,7 @@ mod support;
 
 use refract_core::Error;
 use refract_ledger::flags::{ClientFeatures, FLAG_FRAGMENT_REUSE_INDEX, FLAG_UNKNOWN};
-use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
+use refract_ledger::{FragmentDigest, FragmentDigestExt, Ledger, Mapping, TransitionRecord};
 use refract_optimize::fri::{
     deferred_remap_hook, fri_uuid, legacy_deferred_remap_hook, load_ledger, new_fri_entry,
     preserve_history,
@@ -49,7 +49,16 @@ async fn first_tagged_commit_sets_both_flags() {
     let (entry, ledger) = load_ledger(&tagged).await.unwrap().unwrap();
     assert_eq!(entry.index_version, 1);
     assert_eq!(ledger.transitions().len(), 1);
-    assert!(entry.fields.is_empty() && entry.fragment_bitmap.is_none());
+    assert!(entry.fields.is_empty());
+    // Lance's shape: the bitmap holds every fragment the history produced.
+    let produced: roaring::RoaringBitmap = ledger.transitions()[0]
+        .destinations()
+        .iter()
+        .map(|d| d.id as u32)
+        .collect();
+    assert_eq!(entry.fragment_bitmap, Some(produced));
+    assert_eq!(entry.name, "__lance_frag_reuse");
+    assert_eq!(entry.index_type, "/lance.table.FragmentReuseIndexDetails");
 }
 
 #[tokio::test]
@@ -375,7 +384,6 @@ fn foreign_transition() -> TransitionRecord {
         vec![FragmentDigest::new(500, 10, 0)],
         vec![FragmentDigest::new(501, 10, 0)],
         Mapping::OrderedCompaction { surviving },
-        1,
     )
     .unwrap()
 }
@@ -456,7 +464,7 @@ fn unsupported_content() -> Vec<u8> {
 #[tokio::test]
 async fn unsupported_history_refuses_every_rewrite() {
     let mut dataset = dataset_with_rows("unsupported", 300, 100).await;
-    let entry = raw_fri_entry(pb::inline_details(&unsupported_content(), 1), 1, 2);
+    let entry = raw_fri_entry(pb::inline_details(&unsupported_content()), 1, 2);
     dataset = dataset
         .commit(Operation::CreateIndex {
             new_indices: vec![entry],
@@ -505,7 +513,7 @@ async fn map_id_path_escape_in_a_ledger_is_corrupt() {
     assert!(err.to_string().contains("\"_fri/../escape\""), "{err}");
     // Committing an entry holding it fails at the gate, before publication.
     let dataset = dataset_with_rows("escape", 200, 100).await;
-    let entry = raw_fri_entry(pb::inline_details(&content, 1), 1, 2);
+    let entry = raw_fri_entry(pb::inline_details(&content), 1, 2);
     let err = dataset
         .commit(Operation::CreateIndex {
             new_indices: vec![entry],

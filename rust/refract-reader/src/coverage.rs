@@ -246,7 +246,7 @@ fn resolve_transitions(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
+    use refract_ledger::{FragmentDigest, FragmentDigestExt, Ledger, Mapping, TransitionRecord};
     use roaring::RoaringTreemap;
     use uuid::Uuid;
 
@@ -277,7 +277,6 @@ mod tests {
                 })
                 .collect(),
             Mapping::OrderedCompaction { surviving },
-            1,
         )
         .unwrap()
     }

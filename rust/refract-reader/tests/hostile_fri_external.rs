@@ -69,7 +69,7 @@ async fn install(t: &mut Table, path: &str, offset: u64, size: u64) {
     let (mut entry, _) = t.fri_entry().await;
     // Keep the uuid of the entry's own directory valid for `path`.
     entry.uuid = fri_uuid(t.ds.manifest()).unwrap();
-    entry.details = external_details(path, offset, size, entry.index_version);
+    entry.details = external_details(path, offset, size);
     t.install_raw(entry).await;
 }
 
@@ -89,7 +89,7 @@ async fn apply(t: &mut Table, path: &str, size: u64, lie: Lie) {
         Lie::OffsetPastEnd => install(t, path, PREFIX + size + 100, size).await,
         Lie::Overflow => install(t, path, u64::MAX - 4, size).await,
         Lie::Oversized => install(t, path, PREFIX, (1 << 32) + 1).await,
-        Lie::PathOutside => install(t, "data/elsewhere.binpb", PREFIX, size).await,
+        Lie::PathOutside => install(t, "../../data/elsewhere.binpb", PREFIX, size).await,
     }
 }
 

@@ -220,7 +220,7 @@ async fn a_corrupt_ledger_fails_queries_but_not_bookkeeping() {
     t.index_all().await;
     t.compact(&[1, 2], 100).await;
     let (mut entry, _) = t.fri_entry().await;
-    entry.details = inline_details(&[0x12, 0xFF, 0x01, 0x02], 1);
+    entry.details = inline_details(&[0x12, 0xFF, 0x01, 0x02]);
     let uuid = entry.uuid;
     t.install_raw(entry).await;
     let err = fri_query(&t.ds, "id = 5").await.err().unwrap();

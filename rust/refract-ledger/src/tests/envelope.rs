@@ -6,7 +6,9 @@ use refract_core::Error;
 use rstest::rstest;
 
 use super::fixtures::*;
-use crate::{external_path, parse_details, ContentLocation, Ledger, MAX_EXTERNAL_BYTES};
+use crate::{
+    external_path, parse_details, ContentLocation, Ledger, EXTERNAL_FILE_NAME, MAX_EXTERNAL_BYTES,
+};
 
 fn never_read(_: &crate::ExternalContent) -> refract_core::Result<Vec<u8>> {
     panic!("external content must not be read")
@@ -16,7 +18,7 @@ fn never_read(_: &crate::ExternalContent) -> refract_core::Result<Vec<u8>> {
 #[case(0)]
 #[case(1)]
 fn supported_versions_decode(#[case] version: u32) {
-    let details = inline_details(content(vec![], vec![]), version);
+    let details = inline_details(content(vec![], vec![]));
     let ledger = Ledger::decode(&details, version, &FRI, never_read).unwrap();
     assert!(ledger.is_empty());
     assert_eq!(ledger.index_version(), version);
@@ -28,7 +30,7 @@ fn supported_versions_decode(#[case] version: u32) {
 #[case(u32::MAX)]
 fn newer_versions_are_not_supported_before_any_io(#[case] version: u32) {
     // External content with a valid path: the gate must refuse before reading.
-    let details = external_details(&external_path(&FRI), 0, 10, version);
+    let details = external_details(EXTERNAL_FILE_NAME, 0, 10);
     let err = Ledger::decode(&details, version, &FRI, never_read).unwrap_err();
     let Error::NotSupported { message } = &err else {
         panic!("expected NotSupported, got {err:?}");
@@ -53,12 +55,12 @@ fn tagged_content_under_version_zero_is_corrupt() {
 }
 
 #[test]
-fn details_version_must_match_the_entry() {
-    let details = inline_details(content(vec![], vec![]), 1);
-    let err = Ledger::decode(&details, 0, &FRI, never_read).unwrap_err();
-    assert_corrupt(&err);
-    let details = inline_details(content(vec![], vec![]), 0);
-    assert_corrupt(&Ledger::decode(&details, 1, &FRI, never_read).unwrap_err());
+fn unknown_envelope_fields_are_skipped_as_lance_skips_them() {
+    let mut details = inline_details(content(vec![], vec![]));
+    append_bytes_field(&mut details, 9, b"written by a newer Lance");
+    prost::encoding::uint32::encode(3, &1, &mut details);
+    let ledger = Ledger::decode(&details, 1, &FRI, never_read).unwrap();
+    assert!(ledger.is_empty());
 }
 
 #[rstest]
@@ -71,8 +73,8 @@ fn details_need_exactly_one_content_field(#[case] fields: Vec<u32>) {
         let payload = if number == 1 {
             Vec::new()
         } else {
-            let ext = external_details(&external_path(&FRI), 0, 0, 0);
-            // Strip the FriDetails wrapper: the ExternalFile message follows a
+            let ext = external_details(EXTERNAL_FILE_NAME, 0, 0);
+            // Strip the envelope: the ExternalFile message follows a
             // one-byte key and a one-byte length.
             ext[2..].to_vec()
         };
@@ -87,7 +89,7 @@ fn external_content_is_read_once_and_checked() {
     let ledger_content = tagged(vec![raw_oc(vec![d(1, 10, 2)], vec![d(2, 8, 0)])]);
     let size = ledger_content.len() as u64;
     let path = external_path(&FRI);
-    let details = external_details(&path, 5, size, 1);
+    let details = external_details(EXTERNAL_FILE_NAME, 5, size);
 
     let calls = Cell::new(0);
     let ledger = Ledger::decode(&details, 1, &FRI, |ext| {
@@ -115,18 +117,18 @@ fn external_content_is_read_once_and_checked() {
 #[case::overflow(u64::MAX, 2)]
 #[case::oversized(0, MAX_EXTERNAL_BYTES + 1)]
 fn external_range_is_checked_before_io(#[case] offset: u64, #[case] size: u64) {
-    let details = external_details(&external_path(&FRI), offset, size, 1);
+    let details = external_details(EXTERNAL_FILE_NAME, offset, size);
     let err = Ledger::decode(&details, 1, &FRI, never_read).unwrap_err();
     assert_corrupt(&err);
     assert_corrupt(&parse_details(&details, 1, &FRI).unwrap_err());
 }
 
 #[rstest]
-#[case::parent("_indices/0123-x/../../etc/passwd")]
+#[case::parent("../../etc/passwd")]
 #[case::absolute("/etc/passwd")]
-#[case::sibling_fri("_indices/00000000-0000-0000-0000-000000000001/details.binpb")]
+#[case::sibling_fri("../00000000-0000-0000-0000-000000000001/details.binpb")]
 fn external_path_escape_is_refused_before_io(#[case] path: &str) {
-    let details = external_details(path, 0, 4, 1);
+    let details = external_details(path, 0, 4);
     let err = Ledger::decode(&details, 1, &FRI, never_read).unwrap_err();
     assert_corrupt(&err);
     assert!(err.to_string().contains(&format!("{path:?}")), "{err}");
@@ -135,7 +137,7 @@ fn external_path_escape_is_refused_before_io(#[case] path: &str) {
 #[test]
 fn parse_details_borrows_inline_content() {
     let c = content(vec![], vec![raw_oc(vec![d(1, 4, 0)], vec![d(2, 4, 0)])]);
-    let details = inline_details(c.clone(), 1);
+    let details = inline_details(c.clone());
     assert_eq!(
         parse_details(&details, 1, &FRI).unwrap(),
         ContentLocation::Inline(&c[..])

@@ -6,7 +6,7 @@ use roaring::RoaringTreemap;
 use uuid::Uuid;
 
 use crate::proto;
-use crate::{FragmentDigest, Ledger, Mapping, TransitionRecord};
+use crate::{FragmentDigest, FragmentDigestExt, Ledger, Mapping, TransitionRecord};
 
 pub const FRI: Uuid = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
 
@@ -31,7 +31,6 @@ pub fn oc(sources: Vec<FragmentDigest>, destinations: Vec<FragmentDigest>) -> Tr
         sources,
         destinations,
         Mapping::OrderedCompaction { surviving },
-        7,
     )
     .expect("valid ordered compaction")
 }
@@ -46,7 +45,7 @@ pub fn sp(
         map_size_bytes: 4096,
         map_checksum: None,
     };
-    TransitionRecord::new(sources, destinations, mapping, 9).expect("valid stable partition")
+    TransitionRecord::new(sources, destinations, mapping).expect("valid stable partition")
 }
 
 pub fn bitmap_bytes(t: &RoaringTreemap) -> Vec<u8> {
@@ -59,24 +58,21 @@ pub fn raw_oc(
     sources: Vec<FragmentDigest>,
     destinations: Vec<FragmentDigest>,
 ) -> proto::Transition {
-    let surviving_old_addresses = bitmap_bytes(&survivors(&sources));
-    raw_with_bitmap(sources, destinations, surviving_old_addresses)
+    let changed_row_addrs = bitmap_bytes(&survivors(&sources));
+    raw_with_bitmap(sources, destinations, changed_row_addrs)
 }
 
 pub fn raw_with_bitmap(
     sources: Vec<FragmentDigest>,
     destinations: Vec<FragmentDigest>,
-    surviving_old_addresses: Vec<u8>,
+    changed_row_addrs: Vec<u8>,
 ) -> proto::Transition {
     proto::Transition {
         sources,
         destinations,
         mapping: Some(proto::transition::Mapping::OrderedCompaction(
-            proto::OrderedCompaction {
-                surviving_old_addresses,
-            },
+            proto::OrderedCompaction { changed_row_addrs },
         )),
-        dataset_version: 3,
     }
 }
 
@@ -93,17 +89,15 @@ pub fn raw_sp(
             proto::StablePartition {
                 map_id: map_id.to_string(),
                 map_size_bytes,
-                map_checksum_block_bytes: 0,
-                map_checksum_crc32c: Vec::new(),
+                base_id: None,
             },
         )),
-        dataset_version: 4,
     }
 }
 
 pub fn raw_group(old: Vec<FragmentDigest>, new: Vec<FragmentDigest>) -> proto::Group {
     proto::Group {
-        surviving_old_addresses: bitmap_bytes(&survivors(&old)),
+        changed_row_addrs: bitmap_bytes(&survivors(&old)),
         old_fragments: old,
         new_fragments: new,
     }
@@ -124,24 +118,25 @@ pub fn tagged(transitions: Vec<proto::Transition>) -> Vec<u8> {
     content(vec![], transitions)
 }
 
-pub fn inline_details(content: Vec<u8>, index_version: u32) -> Vec<u8> {
-    proto::FriDetails {
-        content: Some(proto::fri_details::Content::Inline(
+/// Lance's envelope around inline content.
+pub fn inline_details(content: Vec<u8>) -> Vec<u8> {
+    proto::FragmentReuseIndexDetails {
+        content: Some(proto::Content::Inline(
             proto::InlineContent::decode(content.as_slice()).unwrap(),
         )),
-        index_version,
     }
     .encode_to_vec()
 }
 
-pub fn external_details(path: &str, offset: u64, size: u64, index_version: u32) -> Vec<u8> {
-    proto::FriDetails {
-        content: Some(proto::fri_details::Content::External(proto::ExternalFile {
+/// Lance's envelope around a reference to external content; `path` is
+/// relative to the FRI's index directory.
+pub fn external_details(path: &str, offset: u64, size: u64) -> Vec<u8> {
+    proto::FragmentReuseIndexDetails {
+        content: Some(proto::Content::External(proto::ExternalFile {
             path: path.to_string(),
             offset,
             size,
         })),
-        index_version,
     }
     .encode_to_vec()
 }

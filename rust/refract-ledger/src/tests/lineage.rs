@@ -162,17 +162,16 @@ fn legacy_groups_lift_to_transitions_with_equal_fingerprints() {
     assert_eq!(legacy.legacy_versions().len(), 2);
     let lifted = lift_legacy(&legacy.legacy_versions()[0]);
     assert_eq!(lifted.len(), 2);
-    assert!(lifted.iter().all(|t| t.dataset_version() == 5));
+    assert!(lifted.iter().all(|t| t.dataset_version() == Some(5)));
 
-    // The equivalent tagged transition, written by a v1 writer at another
-    // dataset version, has the same fingerprint.
+    // The equivalent tagged transition (which records no dataset version)
+    // has the same fingerprint.
     let equivalent = TransitionRecord::new(
         vec![d(1, 10, 3), d(2, 5, 0)],
         vec![d(3, 12, 0)],
         Mapping::OrderedCompaction {
             surviving: survivors(&[d(1, 10, 3), d(2, 5, 0)]),
         },
-        99,
     )
     .unwrap();
     assert_eq!(lifted[0].fingerprint(), equivalent.fingerprint());
@@ -185,7 +184,8 @@ fn legacy_groups_lift_to_transitions_with_equal_fingerprints() {
         lineage.producer_of(3).unwrap().fingerprint(),
         equivalent.fingerprint()
     );
-    assert_eq!(lineage.consumer_of(3).unwrap().dataset_version(), 8);
+    assert_eq!(lineage.consumer_of(3).unwrap().dataset_version(), Some(8));
+    assert_eq!(equivalent.dataset_version(), None);
     assert_eq!(lineage.len(), 3);
 }
 
@@ -216,16 +216,15 @@ fn tagged_transition_may_continue_a_legacy_chain() {
 }
 
 #[test]
-fn fingerprint_ignores_dataset_version_but_not_content() {
+fn fingerprint_covers_content_only() {
     let sources = vec![d(1, 10, 3)];
-    let make = |version: u64, dest: Vec<FragmentDigest>| {
+    let make = |_attempt: u64, dest: Vec<FragmentDigest>| {
         TransitionRecord::new(
             sources.clone(),
             dest,
             Mapping::OrderedCompaction {
                 surviving: survivors(&sources),
             },
-            version,
         )
         .unwrap()
     };
@@ -238,6 +237,18 @@ fn fingerprint_ignores_dataset_version_but_not_content() {
     );
     let partition = sp(sources.clone(), vec![d(2, 7, 0)], 1);
     assert_ne!(a.fingerprint(), partition.fingerprint());
+    // The row map's checksum is not content: Lance's messages do not carry it.
+    let checksummed = TransitionRecord::new(
+        sources.clone(),
+        vec![d(2, 7, 0)],
+        Mapping::StablePartition {
+            map_id: uuid::Uuid::from_u128(1),
+            map_size_bytes: 4096,
+            map_checksum: Some(refract_core::checksum::FileChecksum::of(&[0u8; 4096])),
+        },
+    )
+    .unwrap();
+    assert_eq!(partition.fingerprint(), checksummed.fingerprint());
     assert_ne!(
         partition.fingerprint(),
         sp(sources, vec![d(2, 7, 0)], 2).fingerprint()

@@ -43,7 +43,7 @@ fn bad_digests_are_rejected(
         vec![crate::proto::Version {
             dataset_version: 1,
             groups: vec![crate::proto::Group {
-                surviving_old_addresses: bitmap_bytes(&survivors_clamped(&sources)),
+                changed_row_addrs: bitmap_bytes(&survivors_clamped(&sources)),
                 old_fragments: sources.clone(),
                 new_fragments: destinations.clone(),
             }],
@@ -57,7 +57,6 @@ fn bad_digests_are_rejected(
         sources,
         destinations,
         Mapping::OrderedCompaction { surviving },
-        1,
     )
     .unwrap_err();
     assert_invalid_input(&err);
@@ -109,7 +108,6 @@ fn bitmap_must_match_sources(#[case] bitmap: RoaringTreemap, #[case] needle: &st
         sources,
         destinations,
         Mapping::OrderedCompaction { surviving: bitmap },
-        1,
     )
     .unwrap_err();
     assert_invalid_input(&err);
@@ -237,7 +235,7 @@ fn stable_partition_decodes() {
             map_checksum: None,
         }
     );
-    assert_eq!(ledger.transitions()[0].dataset_version(), 4);
+    assert_eq!(ledger.transitions()[0].dataset_version(), None);
 }
 
 #[rstest]
@@ -280,7 +278,6 @@ fn writer_stable_partition_rules_are_invalid_input() {
             map_size_bytes: 0,
             map_checksum: None,
         },
-        1,
     )
     .unwrap_err();
     assert_invalid_input(&err);
@@ -294,7 +291,6 @@ fn writer_stable_partition_rules_are_invalid_input() {
                 map_size_bytes: 1,
                 map_checksum: None,
             },
-            1,
         )
     };
     let limit = u64::from(crate::MAX_PARTITION_DESTINATIONS);
@@ -312,7 +308,6 @@ fn writer_stable_partition_rules_are_invalid_input() {
             map_size_bytes: 1,
             map_checksum: None,
         },
-        1,
     )
     .unwrap_err();
     assert_invalid_input(&err);
@@ -349,15 +344,14 @@ fn transition_with_two_mappings_is_corrupt(#[case] extra: u32) {
     let mut bytes = encoded(&t);
     let second = if extra == 3 {
         crate::proto::OrderedCompaction {
-            surviving_old_addresses: bitmap_bytes(&survivors(&[d(1, 4, 0)])),
+            changed_row_addrs: bitmap_bytes(&survivors(&[d(1, 4, 0)])),
         }
         .encode_to_vec()
     } else {
         crate::proto::StablePartition {
             map_id: MAP.into(),
             map_size_bytes: 3,
-            map_checksum_block_bytes: 0,
-            map_checksum_crc32c: Vec::new(),
+            base_id: None,
         }
         .encode_to_vec()
     };

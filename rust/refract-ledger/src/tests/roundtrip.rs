@@ -8,6 +8,8 @@ use crate::{
     external_path, parse_details, ContentLocation, Ledger, Mapping, TransitionRecord,
     MAX_INLINE_BYTES,
 };
+use refract_core::checksum::FileChecksum;
+use uuid::Uuid;
 
 fn decode_encoded(ledger: &Ledger) -> Ledger {
     let encoded = ledger.encode_details(&FRI).unwrap();
@@ -106,7 +108,6 @@ fn large_ledger() -> Ledger {
         vec![d(1, 4_000_000, 2_000_000)],
         vec![d(2, 2_000_000, 0)],
         Mapping::OrderedCompaction { surviving },
-        3,
     )
     .unwrap();
     let mut ledger = Ledger::new();
@@ -137,13 +138,13 @@ fn large_content_goes_external_and_round_trips() {
 
 #[test]
 fn inline_limit_is_inclusive() {
-    let at_limit = encode::details(vec![0; MAX_INLINE_BYTES], 1, &FRI);
+    let at_limit = encode::details(vec![0; MAX_INLINE_BYTES], 1, &FRI, &[]);
     assert!(at_limit.external_file.is_none());
     assert!(matches!(
         parse_details(&at_limit.details, 1, &FRI).unwrap(),
         ContentLocation::Inline(c) if c.len() == MAX_INLINE_BYTES
     ));
-    let over = encode::details(vec![0; MAX_INLINE_BYTES + 1], 1, &FRI);
+    let over = encode::details(vec![0; MAX_INLINE_BYTES + 1], 1, &FRI, &[]);
     let (path, bytes) = over.external_file.unwrap();
     assert_eq!(path, external_path(&FRI));
     assert_eq!(bytes.len(), MAX_INLINE_BYTES + 1);
@@ -154,4 +155,100 @@ fn small_content_stays_inline() {
     let encoded = mixed_ledger().encode_details(&FRI).unwrap();
     assert!(encoded.external_file.is_none());
     assert_eq!(encoded.index_version, 1);
+}
+
+/// A ledger with an ordered compaction and a checksummed stable partition.
+fn checksummed_partition_ledger() -> (Ledger, FileChecksum) {
+    let map = vec![7u8; 5000];
+    let checksum = FileChecksum::of(&map);
+    let partition = TransitionRecord::new(
+        vec![d(3, 10, 0)],
+        vec![d(4, 6, 0), d(5, 4, 0)],
+        Mapping::StablePartition {
+            map_id: Uuid::from_u128(0xabc),
+            map_size_bytes: map.len() as u64,
+            map_checksum: Some(checksum.clone()),
+        },
+    )
+    .unwrap();
+    let mut ledger = Ledger::new();
+    ledger
+        .push_transition(oc(vec![d(1, 10, 2)], vec![d(2, 8, 0)]))
+        .unwrap();
+    ledger.push_transition(partition).unwrap();
+    (ledger, checksum)
+}
+
+#[test]
+fn row_map_checksums_round_trip_through_the_envelope() {
+    let (ledger, checksum) = checksummed_partition_ledger();
+    let decoded = decode_encoded(&ledger);
+    assert_eq!(decoded, ledger);
+    let Mapping::StablePartition { map_checksum, .. } = decoded.transitions()[1].mapping() else {
+        panic!("expected the partition second");
+    };
+    assert_eq!(map_checksum.as_ref(), Some(&checksum));
+    // The content alone (what a Lance writer carries forward) has none.
+    let content_only = Ledger::from_content_bytes(&ledger.encode_content().unwrap(), 1).unwrap();
+    assert!(matches!(
+        content_only.transitions()[1].mapping(),
+        Mapping::StablePartition {
+            map_checksum: None,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn row_map_checksum_for_an_unknown_map_or_size_is_corrupt() {
+    let (ledger, _) = checksummed_partition_ledger();
+    let mut details = ledger.encode_details(&FRI).unwrap().details;
+    let stray = crate::proto::RowMapChecksums {
+        maps: vec![crate::proto::RowMapChecksum {
+            map_id: Uuid::from_u128(0xdef).hyphenated().to_string(),
+            block_bytes: 1 << 16,
+            crc32c: vec![0; 4],
+        }],
+    };
+    prost::encoding::message::encode(crate::proto::ROW_MAP_CHECKSUMS_FIELD, &stray, &mut details);
+    let err = Ledger::decode(&details, 1, &FRI, |_| unreachable!()).unwrap_err();
+    assert_corrupt_with(&err, "no transition references");
+
+    let mut details = inline_details(ledger.encode_content().unwrap());
+    let wrong_size = crate::proto::RowMapChecksums {
+        maps: vec![crate::proto::RowMapChecksum {
+            map_id: Uuid::from_u128(0xabc).hyphenated().to_string(),
+            block_bytes: 1 << 16,
+            crc32c: vec![0; 8],
+        }],
+    };
+    prost::encoding::message::encode(
+        crate::proto::ROW_MAP_CHECKSUMS_FIELD,
+        &wrong_size,
+        &mut details,
+    );
+    let err = Ledger::decode(&details, 1, &FRI, |_| unreachable!()).unwrap_err();
+    assert_corrupt_with(&err, "not 5000 bytes");
+}
+
+/// Lance's own decoder (lance-table 14.0.2) reads what Refract writes: the
+/// same transitions, nothing it cannot interpret.
+#[test]
+fn lance_decodes_refract_details() {
+    use lance_table::system_index::frag_reuse::ledger::FragReuseLedger;
+    let (ledger, _) = checksummed_partition_ledger();
+    let encoded = ledger.encode_details(&FRI).unwrap();
+    let any = prost_types::Any {
+        type_url: crate::FRI_INDEX_TYPE.to_string(),
+        value: encoded.details,
+    };
+    let lance = FragReuseLedger::decode_inline(encoded.index_version as i32, &any)
+        .unwrap()
+        .expect("inline content");
+    assert!(!lance.has_unsupported_transitions());
+    assert_eq!(lance.transitions().len(), 2);
+    for (ours, theirs) in ledger.transitions().iter().zip(lance.transitions()) {
+        assert_eq!(ours.sources(), theirs.sources());
+        assert_eq!(ours.destinations(), theirs.destinations());
+    }
 }

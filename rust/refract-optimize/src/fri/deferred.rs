@@ -8,7 +8,9 @@
 
 use async_trait::async_trait;
 use refract_core::{Error, Result};
-use refract_ledger::{append_legacy_version, FragmentDigest, Ledger, Mapping, TransitionRecord};
+use refract_ledger::{
+    append_legacy_version, FragmentDigest, FragmentDigestExt, Ledger, Mapping, TransitionRecord,
+};
 use refract_table::commit::fri_entry::{is_fri_entry, is_tagged, load_ledger, new_fri_entry};
 use refract_table::transaction::{Operation, RewriteGroup};
 use refract_table::{CommitHook, Dataset, FragmentIndex, IndexMetadata, Manifest};
@@ -110,7 +112,7 @@ impl CommitHook for DeferredRemapHook {
                     return Ok(());
                 }
                 let read = dataset.checkout_version(txn.read_version).await?;
-                ordered_records(read.manifest(), groups, assigned, txn.read_version)?
+                ordered_records(read.manifest(), groups, assigned)?
             }
             Operation::Partition {
                 source_fragment_ids,
@@ -135,7 +137,6 @@ impl CommitHook for DeferredRemapHook {
                         map_size_bytes: *map_size_bytes,
                         map_checksum: map_checksum.clone(),
                     },
-                    txn.read_version,
                 )?]
             }
             _ => return Ok(()),
@@ -232,7 +233,6 @@ fn ordered_records(
     read: &Manifest,
     groups: &[RewriteGroup],
     assigned: &[Vec<u64>],
-    read_version: u64,
 ) -> Result<Vec<TransitionRecord>> {
     if groups.len() != assigned.len() {
         return Err(Error::invalid_input(format!(
@@ -276,7 +276,6 @@ fn ordered_records(
                 source_digests(&index, read.version, &sources)?,
                 destinations,
                 Mapping::OrderedCompaction { surviving },
-                read_version,
             )
         })
         .collect()

@@ -43,8 +43,9 @@ pub struct TransitionDescription {
     pub kind: String,
     /// True for a group of a legacy (version 0) reuse version.
     pub legacy: bool,
-    /// The dataset version the rewrite was planned against.
-    pub dataset_version: u64,
+    /// The dataset version a legacy group was planned against; `None` for a
+    /// version-1 transition (Lance records none).
+    pub dataset_version: Option<u64>,
     /// Sources in scan order.
     pub sources: Vec<DigestDescription>,
     /// Destinations in output (label) order.

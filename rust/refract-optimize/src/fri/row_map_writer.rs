@@ -23,17 +23,16 @@ use uuid::Uuid;
 use refract_ledger::MAX_PARTITION_DESTINATIONS as MAX_DESTINATIONS;
 
 use refract_reader::rowmap::{
-    row_map_path, CountsMatrix, BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN,
+    row_map_path, CountsBuilder, BLOCK_ROWS, COUNTS_BUFFER_KEY, LABEL_COLUMN,
 };
 
-/// Streams labels into `_fri/<map_id>/stable_partition.lance`, tracking the
-/// per-block histograms that become the counts matrix.
+/// Streams labels into `_fri/<map_id>/stable_partition.lance`, feeding the
+/// counts matrix as it goes.
 pub struct RowMapWriter {
     writer: LanceFileWriter,
     path: RelativePath,
-    num_destinations: u32,
     rows: u64,
-    histograms: Vec<Vec<u64>>,
+    counts: CountsBuilder,
     schema: Arc<Schema>,
     /// Labels of the block being filled (fewer than `BLOCK_ROWS` rows).
     pending: Vec<ArrayRef>,
@@ -82,9 +81,8 @@ impl RowMapWriter {
         Ok(Self {
             writer,
             path,
-            num_destinations,
             rows: 0,
-            histograms: Vec::new(),
+            counts: CountsBuilder::new(num_destinations)?,
             schema,
             pending: Vec::new(),
             pending_rows: 0,
@@ -97,25 +95,8 @@ impl RowMapWriter {
     /// InvalidInput for a label not below the destination count; External
     /// for store failures.
     pub async fn push(&mut self, labels: UInt16Array) -> Result<()> {
-        let width = self.num_destinations as usize;
-        for (i, label) in labels.iter().enumerate() {
-            let row = self.rows + i as u64;
-            let block = (row / u64::from(BLOCK_ROWS)) as usize;
-            if block == self.histograms.len() {
-                self.histograms.push(vec![0; width]);
-            }
-            if let Some(label) = label {
-                let slot = self
-                    .histograms
-                    .get_mut(block)
-                    .and_then(|histogram| histogram.get_mut(usize::from(label)))
-                    .ok_or_else(|| {
-                        Error::invalid_input(format!(
-                            "label {label} is not below the destination count {width}"
-                        ))
-                    })?;
-                *slot += 1;
-            }
+        for label in labels.iter() {
+            self.counts.push(label)?;
         }
         self.rows += labels.len() as u64;
         let block_rows = BLOCK_ROWS as usize;
@@ -152,9 +133,8 @@ impl RowMapWriter {
     /// # Errors
     /// External for store failures (nothing is visible then).
     pub async fn finish(mut self) -> Result<WrittenRowMap> {
-        let counts =
-            CountsMatrix::from_histograms(self.rows, self.num_destinations, &self.histograms)?;
         self.write_block().await?;
+        let counts = self.counts.finish()?;
         let buffer = self
             .writer
             .add_global_buffer(Bytes::from(counts.encode()))?;

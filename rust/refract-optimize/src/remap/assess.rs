@@ -115,7 +115,7 @@ pub(crate) fn assess(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remap::lineage_reach::tests::{bm, history, partition};
+    use crate::remap::lineage_reach::tests::{bm, history, legacy_history, partition};
     use refract_reader::coverage::Disposition;
     use uuid::Uuid;
 
@@ -146,8 +146,8 @@ mod tests {
     #[test]
     fn full_coverage_is_eligible_with_the_derived_coverage() {
         let h = history(vec![
-            partition(&[1, 2], &[3, 4], 5),
-            partition(&[3, 4], &[5, 6], 7),
+            partition(&[1, 2], &[3, 4]),
+            partition(&[3, 4], &[5, 6]),
         ]);
         let m = meta(Some(&[1, 2]), 2);
         let decision = assess(&h, &m, &plan(&[1, 2], &[5, 6]), &bm(&[1, 2]));
@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn partial_coverage_is_left_translating() {
-        let h = history(vec![partition(&[1, 2], &[3], 5)]);
+        let h = history(vec![partition(&[1, 2], &[3])]);
         let a = meta(Some(&[1]), 2);
         let decision = assess(&h, &a, &plan(&[1], &[3]), &bm(&[1, 2]));
         assert!(
@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn unknown_coverage_and_unrelated_segments() {
-        let h = history(vec![partition(&[1, 2], &[3], 5)]);
+        let h = history(vec![partition(&[1, 2], &[3])]);
         let none = meta(None, 2);
         assert!(matches!(
             assess(&h, &none, &plan(&[], &[]), &RoaringBitmap::new()),
@@ -189,7 +189,7 @@ mod tests {
     #[test]
     fn superseded_segments_have_no_live_coverage() {
         // A newer sibling directly covers the only destination.
-        let h = history(vec![partition(&[1, 2], &[3], 5)]);
+        let h = history(vec![partition(&[1, 2], &[3])]);
         let old = meta(Some(&[1, 2]), 2);
         let decision = assess(&h, &old, &plan(&[1, 2], &[]), &bm(&[1, 2, 3]));
         assert!(
@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn legacy_projection_is_recovered_and_eligible() {
-        let h = history(vec![partition(&[1, 2], &[3], 5)]);
+        let h = legacy_history(&[(&[1, 2], &[3], 5)]);
         let projected = meta(Some(&[3]), 4);
         let decision = assess(&h, &projected, &plan(&[3], &[3]), &bm(&[3]));
         let Decision::Remap(e) = decision else {

@@ -71,6 +71,7 @@ pub fn walk(
 /// alone: every destination is in the segment's provenance, some source is
 /// not, and the segment was built no later than the version the rewrite was
 /// planned against (so the destinations did not exist when it was built).
+/// Only legacy groups record that version, and only legacy writers projected.
 /// The sources are added back; later transitions are visited first so a
 /// chain of projections is unwound completely.
 pub fn recover_provenance(
@@ -81,7 +82,10 @@ pub fn recover_provenance(
     let mut provenance = stored.clone();
     for node in history.nodes().iter().rev() {
         let projected = !node.destinations.is_empty()
-            && segment_version <= node.record.dataset_version()
+            && node
+                .record
+                .dataset_version()
+                .is_some_and(|planned| segment_version <= planned)
             && node.destinations.iter().all(|d| contains(&provenance, *d))
             && !node.sources.iter().all(|s| contains(&provenance, *s));
         if projected {
@@ -118,17 +122,13 @@ pub(crate) fn bitmap_of(ids: impl IntoIterator<Item = u64>) -> RoaringBitmap {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
+    use refract_ledger::{FragmentDigest, FragmentDigestExt, Ledger, Mapping, TransitionRecord};
     use uuid::Uuid;
 
-    /// A stable partition `sources → destinations` planned at `version`.
-    /// Every fragment has 12 physical rows; rows are conserved by deleting
-    /// source rows (so there must be at least as many sources as destinations).
-    pub(crate) fn partition(
-        sources: &[u64],
-        destinations: &[u64],
-        version: u64,
-    ) -> TransitionRecord {
+    /// A stable partition `sources → destinations`. Every fragment has 12
+    /// physical rows; rows are conserved by deleting source rows (so there
+    /// must be at least as many sources as destinations).
+    pub(crate) fn partition(sources: &[u64], destinations: &[u64]) -> TransitionRecord {
         const ROWS: u64 = 12;
         let mut excess = ROWS * (sources.len() - destinations.len()) as u64;
         let sources = sources
@@ -150,7 +150,6 @@ pub(crate) mod tests {
                 map_size_bytes: 100,
                 map_checksum: None,
             },
-            version,
         )
         .unwrap()
     }
@@ -163,6 +162,34 @@ pub(crate) mod tests {
         FriHistory::from_ledger(Uuid::new_v4(), &ledger).unwrap()
     }
 
+    /// A legacy history: one version per `(sources, destinations, planned
+    /// at)`, each an ordered compaction of 12-row sources into destinations
+    /// of equal size.
+    pub(crate) fn legacy_history(versions: &[(&[u64], &[u64], u64)]) -> FriHistory {
+        let mut ledger = Ledger::new();
+        for (sources, destinations, planned) in versions {
+            let rows = 12 * sources.len() as u64 / destinations.len() as u64;
+            let surviving = sources
+                .iter()
+                .flat_map(|s| (0..12u64).map(move |offset| s << 32 | offset))
+                .collect();
+            let record = TransitionRecord::new(
+                sources
+                    .iter()
+                    .map(|s| FragmentDigest::new(*s, 12, 0))
+                    .collect(),
+                destinations
+                    .iter()
+                    .map(|d| FragmentDigest::new(*d, rows, 0))
+                    .collect(),
+                Mapping::OrderedCompaction { surviving },
+            )
+            .unwrap();
+            ledger = refract_ledger::append_legacy_version(&ledger, *planned, &[record]).unwrap();
+        }
+        FriHistory::from_ledger(Uuid::new_v4(), &ledger).unwrap()
+    }
+
     pub(crate) fn bm(ids: &[u32]) -> RoaringBitmap {
         ids.iter().copied().collect()
     }
@@ -170,10 +197,7 @@ pub(crate) mod tests {
     #[test]
     fn multi_hop_chain_is_crossed_completely() {
         // 1,2 → 3,4 ; 3,4 → 5
-        let h = history(vec![
-            partition(&[1, 2], &[3, 4], 5),
-            partition(&[3, 4], &[5], 7),
-        ]);
+        let h = history(vec![partition(&[1, 2], &[3, 4]), partition(&[3, 4], &[5])]);
         let reach = walk(&h, &bm(&[1, 2]), &RoaringBitmap::new());
         assert_eq!(reach.crossed, vec![0, 1]);
         assert!(reach.partial.is_empty());
@@ -183,10 +207,7 @@ pub(crate) mod tests {
     #[test]
     fn a_missing_source_contribution_is_partial() {
         // 1,2 → 3 ; 3,9 → 5: fragment 9 belongs to someone else.
-        let h = history(vec![
-            partition(&[1, 2], &[3], 5),
-            partition(&[3, 9], &[5], 7),
-        ]);
+        let h = history(vec![partition(&[1, 2], &[3]), partition(&[3, 9], &[5])]);
         let reach = walk(&h, &bm(&[1, 2]), &RoaringBitmap::new());
         assert_eq!(reach.crossed, vec![0, 1]);
         assert_eq!(reach.partial, vec![1]);
@@ -198,10 +219,7 @@ pub(crate) mod tests {
     fn a_sibling_claim_stops_the_path() {
         // 1,2 → 3,4 ; 4,9 → 5 with 4 claimed by a newer sibling: the segment's
         // rows of 4 are dropped, so the second transition is not crossed.
-        let h = history(vec![
-            partition(&[1, 2], &[3, 4], 5),
-            partition(&[4, 9], &[5], 7),
-        ]);
+        let h = history(vec![partition(&[1, 2], &[3, 4]), partition(&[4, 9], &[5])]);
         let reach = walk(&h, &bm(&[1, 2]), &bm(&[4]));
         assert_eq!(reach.crossed, vec![0]);
         assert!(reach.partial.is_empty());
@@ -210,7 +228,7 @@ pub(crate) mod tests {
 
     #[test]
     fn untouched_segments_cross_nothing() {
-        let h = history(vec![partition(&[1, 2], &[3], 5)]);
+        let h = history(vec![partition(&[1, 2], &[3])]);
         let reach = walk(&h, &bm(&[7, 8]), &RoaringBitmap::new());
         assert!(reach.crossed.is_empty());
         assert_eq!(reach.reached, bm(&[7, 8]));
@@ -220,10 +238,7 @@ pub(crate) mod tests {
     fn projected_legacy_bitmaps_recover_their_sources_through_chains() {
         // 1,2 → 3,4 (planned at 5) ; 4 → 6 (planned at 8). A segment built at
         // version 4 whose bitmap was projected to {3, 6}.
-        let h = history(vec![
-            partition(&[1, 2], &[3, 4], 5),
-            partition(&[4], &[6], 8),
-        ]);
+        let h = legacy_history(&[(&[1, 2], &[3, 4], 5), (&[4], &[6], 8)]);
         let recovered = recover_provenance(&h, &bm(&[3, 6]), 4);
         assert_eq!(recovered, bm(&[1, 2, 3, 4, 6]));
         // Built after the rewrite was planned: the bitmap is genuine.
@@ -234,5 +249,9 @@ pub(crate) mod tests {
         assert_eq!(recover_provenance(&h, &bm(&[3]), 4), bm(&[3]));
         // Already holding the sources: nothing to recover.
         assert_eq!(recover_provenance(&h, &bm(&[1, 2]), 4), bm(&[1, 2]));
+        // Version-1 transitions record no planned version and are never
+        // projections (only legacy writers projected).
+        let tagged = history(vec![partition(&[1, 2], &[3, 4]), partition(&[4], &[6])]);
+        assert_eq!(recover_provenance(&tagged, &bm(&[3, 6]), 4), bm(&[3, 6]));
     }
 }

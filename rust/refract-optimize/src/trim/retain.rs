@@ -108,7 +108,7 @@ fn claims(group: &[&IndexMetadata]) -> Vec<RoaringBitmap> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remap::lineage_reach::tests::{history, partition};
+    use crate::remap::lineage_reach::tests::{history, legacy_history, partition};
     use uuid::Uuid;
 
     fn segment(name: &str, stored: Option<&[u32]>, version: u64) -> IndexMetadata {
@@ -138,14 +138,14 @@ mod tests {
     fn keeps_what_a_segment_translates_through_and_drops_the_rest() {
         // T0: 1,2 → 3 ; T1: 4 → 5. Segment covers 1,2 (translates via T0);
         // nobody covers 4.
-        let h = history(vec![partition(&[1, 2], &[3], 5), partition(&[4], &[5], 6)]);
+        let h = history(vec![partition(&[1, 2], &[3]), partition(&[4], &[5])]);
         let m = manifest(&[3, 5], vec![segment("a", Some(&[1, 2]), 2)]);
         assert_eq!(keep(&h, &m), vec![true, false]);
     }
 
     #[test]
     fn a_caught_up_index_drains_the_history() {
-        let h = history(vec![partition(&[1, 2], &[3], 5)]);
+        let h = history(vec![partition(&[1, 2], &[3])]);
         let m = manifest(&[3], vec![segment("a", Some(&[3]), 9)]);
         assert_eq!(keep(&h, &m), vec![false]);
     }
@@ -154,11 +154,11 @@ mod tests {
     fn chains_are_kept_downstream_and_projections_pin_their_transitions() {
         // T0: 1 → 2 ; T1: 2,9 → 3. Segment covers 1 only: partial on T1, which
         // it still needs (3 is live and not directly covered), so both stay.
-        let h = history(vec![partition(&[1], &[2], 5), partition(&[2, 9], &[3], 6)]);
+        let h = history(vec![partition(&[1], &[2]), partition(&[2, 9], &[3])]);
         let m = manifest(&[3], vec![segment("a", Some(&[1]), 2)]);
         assert_eq!(keep(&h, &m), vec![true, true]);
         // A legacy projection stored as {3}: its files hold fragment 1 rows.
-        let chain = history(vec![partition(&[1], &[2], 5), partition(&[2], &[3], 6)]);
+        let chain = legacy_history(&[(&[1], &[2], 5), (&[2], &[3], 6)]);
         let projected = manifest(&[3], vec![segment("a", Some(&[3]), 4)]);
         assert_eq!(keep(&chain, &projected), vec![true, true]);
         // The same bitmap built after the rewrites is genuine: nothing needed.
@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn unknown_coverage_pins_everything_and_siblings_release_destinations() {
-        let h = history(vec![partition(&[1, 2], &[3, 4], 5)]);
+        let h = history(vec![partition(&[1, 2], &[3, 4])]);
         let pinned = manifest(&[3, 4], vec![segment("a", None, 2)]);
         assert_eq!(keep(&h, &pinned), vec![true]);
         // Both destinations re-indexed directly by a newer sibling.

@@ -71,7 +71,7 @@ mod tests {
 
     #[test]
     fn a_segment_whose_rows_all_land_in_newer_coverage_is_pruned() {
-        let h = history(vec![partition(&[1, 2], &[3, 4], 5)]);
+        let h = history(vec![partition(&[1, 2], &[3, 4])]);
         let old = segment(Some(&[1, 2]), 2);
         let newer = segment(Some(&[3, 4]), 9);
         let indices = vec![old.clone(), newer.clone()];

@@ -241,13 +241,10 @@ pub mod pb {
         out
     }
 
-    /// Inline details holding `content` under `index_version`.
-    pub fn inline_details(content: &[u8], index_version: u32) -> Vec<u8> {
+    /// Lance's details envelope holding `content` inline.
+    pub fn inline_details(content: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         field_bytes(1, content, &mut out);
-        if index_version != 0 {
-            field_varint(3, u64::from(index_version), &mut out);
-        }
         out
     }
 }

@@ -1,40 +1,77 @@
-//! The cumulative counts matrix of a stable-partition row map.
+//! The cumulative counts matrix of a stable-partition row map, in Lance's
+//! format (`lance_core::utils::stable_partition::CountsMatrix`, which owns
+//! the encoding and its structural checks).
 //!
 //! For block `b` and destination `d`, `before(b, d)` is the number of rows with
 //! label `d` in blocks `0..b`. A row in block `b` with label `d` lands at
 //! destination offset `before(b, d) + rank`, where `rank` counts earlier rows of
-//! block `b` with the same label. Row `b = num_blocks` holds the totals, which
-//! must equal the destinations' physical rows.
+//! block `b` with the same label. `before(num_blocks, d)` is the total, which
+//! must equal the destination's physical rows.
 //!
-//! Encoding (little endian), stored in the row-map file's global buffer:
-//! `magic "RFRM" | format_version u32 = 1 | block_rows u32 | num_rows u64 |
-//! num_destinations u32 | num_blocks u64 | counts u64 × (num_blocks + 1) × num_destinations`.
+//! Encoding (Lance's, little endian), stored in the row-map file's global
+//! buffer named by the schema metadata `lance:stable_partition:counts_buffer_index`:
+//! `magic "LSPC" | version u32 = 1 | representation u32 = 0 (dense grid) |
+//! num_destinations u32 | block_rows u32 | total_rows u64 | counts u32 ×
+//! num_blocks × num_destinations` (cumulative through the end of each block).
 //! Every size is checked against the buffer length before anything is allocated.
 
+use lance_core::utils::stable_partition as lance;
 use refract_core::{Error, Result};
 
-/// Rows per block of a row map.
-pub const BLOCK_ROWS: u32 = 65_536;
-/// Magic bytes of the counts buffer.
-pub const MAGIC: &[u8; 4] = b"RFRM";
-/// The only counts format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// Rows per block of a row map (Lance's default, the only size Refract's
+/// chunked reader reads).
+pub const BLOCK_ROWS: u32 = lance::DEFAULT_BLOCK_ROWS;
 /// Most destinations a stable partition may have: the ledger's limit.
 use refract_ledger::MAX_PARTITION_DESTINATIONS as MAX_DESTINATIONS;
-const HEADER_BYTES: usize = 4 + 4 + 4 + 8 + 4 + 8;
 
 /// The validated counts matrix of one row map.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CountsMatrix {
-    block_rows: u32,
-    num_rows: u64,
-    num_destinations: u32,
-    /// Row-major: `(num_blocks + 1) × num_destinations`.
-    counts: Vec<u64>,
+    inner: lance::CountsMatrix,
+}
+
+/// Builds a counts matrix from the labels of a row map, one per physical
+/// source row in scan order (`None` = deleted).
+#[derive(Debug)]
+pub struct CountsBuilder {
+    inner: lance::CountsMatrixBuilder,
+}
+
+impl CountsBuilder {
+    /// A builder for `num_destinations` destinations.
+    ///
+    /// # Errors
+    /// InvalidInput for a destination count outside `1..=65,535`.
+    pub fn new(num_destinations: u32) -> Result<Self> {
+        check_destinations(num_destinations)?;
+        let inner = lance::CountsMatrixBuilder::try_new(num_destinations, BLOCK_ROWS)
+            .map_err(|e| Error::invalid_input(e.to_string()))?;
+        Ok(Self { inner })
+    }
+
+    /// Records the label of the next physical source row.
+    ///
+    /// # Errors
+    /// InvalidInput for a label not below the destination count.
+    pub fn push(&mut self, label: Option<u16>) -> Result<()> {
+        self.inner
+            .push(label)
+            .map_err(|e| Error::invalid_input(e.to_string()))
+    }
+
+    /// The finished, validated matrix.
+    ///
+    /// # Errors
+    /// Corrupt when the counts are inconsistent (never for labels pushed
+    /// through [`Self::push`]).
+    pub fn finish(self) -> Result<CountsMatrix> {
+        CountsMatrix::checked(self.inner.finish())
+    }
 }
 
 impl CountsMatrix {
-    /// Builds the matrix from per-block label histograms (`per_block[b][d]`).
+    /// Builds the matrix from per-block label histograms (`per_block[b][d]`);
+    /// the rows of a block beyond its histogram's total are deleted rows.
     ///
     /// # Errors
     /// InvalidInput for a destination count outside `1..=65,535` or a histogram
@@ -45,191 +82,124 @@ impl CountsMatrix {
         num_destinations: u32,
         per_block: &[Vec<u64>],
     ) -> Result<Self> {
-        if num_destinations == 0 || num_destinations > MAX_DESTINATIONS {
-            return Err(Error::invalid_input(format!(
-                "a stable partition needs 1..={MAX_DESTINATIONS} destinations, got {num_destinations}"
-            )));
-        }
-        let width = num_destinations as usize;
-        let mut counts = Vec::with_capacity((per_block.len() + 1) * width);
-        let mut running = vec![0u64; width];
-        counts.extend_from_slice(&running);
-        for histogram in per_block {
-            if histogram.len() != width {
+        let mut builder = CountsBuilder::new(num_destinations)?;
+        let block_rows = u64::from(BLOCK_ROWS);
+        let mut pushed = 0u64;
+        for (block, histogram) in per_block.iter().enumerate() {
+            if histogram.len() != num_destinations as usize {
                 return Err(Error::invalid_input(
                     "row-map histogram has the wrong width",
                 ));
             }
-            for (total, count) in running.iter_mut().zip(histogram) {
-                *total += count;
+            let start = block as u64 * block_rows;
+            let len = num_rows.saturating_sub(start).min(block_rows);
+            let labelled: u64 = histogram.iter().sum();
+            if labelled > len {
+                return Err(corrupt(format!(
+                    "block {block} grows by {labelled} rows but holds {len}"
+                )));
             }
-            counts.extend_from_slice(&running);
+            for (label, count) in histogram.iter().enumerate() {
+                // `label < num_destinations <= 65,536` (checked by the builder).
+                let label = u16::try_from(label).ok();
+                for _ in 0..*count {
+                    builder.push(label)?;
+                }
+            }
+            for _ in labelled..len {
+                builder.push(None)?;
+            }
+            pushed += len;
         }
-        let matrix = Self {
-            block_rows: BLOCK_ROWS,
-            num_rows,
-            num_destinations,
-            counts,
-        };
-        matrix.validate()?;
-        Ok(matrix)
+        if pushed != num_rows {
+            return Err(corrupt(format!(
+                "histograms cover {pushed} rows, not {num_rows}"
+            )));
+        }
+        builder.finish()
+    }
+
+    /// Validates a matrix Lance's codec produced.
+    fn checked(inner: lance::CountsMatrix) -> Result<Self> {
+        if inner.block_rows() != BLOCK_ROWS {
+            return Err(corrupt(format!(
+                "block size {}, expected {BLOCK_ROWS}",
+                inner.block_rows()
+            )));
+        }
+        check_destinations(inner.num_destinations())
+            .map_err(|_| corrupt(format!("{} destinations", inner.num_destinations())))?;
+        inner.validate().map_err(|e| corrupt(lance_message(&e)))?;
+        Ok(Self { inner })
     }
 
     /// Rows per block.
     pub fn block_rows(&self) -> u32 {
-        self.block_rows
+        self.inner.block_rows()
     }
 
     /// Labels in the map (physical rows of all sources).
     pub fn num_rows(&self) -> u64 {
-        self.num_rows
+        self.inner.total_rows()
     }
 
     /// Number of destinations.
     pub fn num_destinations(&self) -> u32 {
-        self.num_destinations
+        self.inner.num_destinations()
     }
 
     /// Number of blocks.
     pub fn num_blocks(&self) -> u64 {
-        self.num_rows.div_ceil(u64::from(self.block_rows))
+        self.inner.num_blocks() as u64
     }
 
-    /// Rows with label `destination` in blocks before `block`.
+    /// Rows with label `destination` in blocks before `block` (`block` up to
+    /// [`Self::num_blocks`], which gives the totals).
     pub fn before(&self, block: u64, destination: u16) -> Option<u64> {
-        let width = self.num_destinations as usize;
-        let row = usize::try_from(block).ok()?;
-        if usize::from(destination) >= width {
+        if u32::from(destination) >= self.num_destinations() || block > self.num_blocks() {
             return None;
         }
-        self.counts
-            .get(row * width + usize::from(destination))
-            .copied()
+        // `block <= num_blocks`, which fits in usize (it sized a Vec).
+        let block = usize::try_from(block).ok()?;
+        Some(u64::from(self.inner.count_before(block, destination)))
     }
 
     /// Bytes held, heap included.
     pub fn deep_size_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.counts.capacity() * 8
+        std::mem::size_of::<Self>() + self.inner.num_blocks() * self.num_destinations() as usize * 4
     }
 
     /// Total rows per destination.
     pub fn totals(&self) -> Vec<u64> {
-        let width = self.num_destinations as usize;
-        let start = self.counts.len().saturating_sub(width);
-        self.counts[start..].to_vec()
+        (0..self.num_destinations())
+            // Destinations are at most 65,536, so every label fits in u16.
+            .filter_map(|label| u16::try_from(label).ok())
+            .map(|label| u64::from(self.inner.total(label)))
+            .collect()
     }
 
     /// Encodes the matrix for the file's global buffer.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_BYTES + self.counts.len() * 8);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&self.block_rows.to_le_bytes());
-        out.extend_from_slice(&self.num_rows.to_le_bytes());
-        out.extend_from_slice(&self.num_destinations.to_le_bytes());
-        out.extend_from_slice(&self.num_blocks().to_le_bytes());
-        for count in &self.counts {
-            out.extend_from_slice(&count.to_le_bytes());
-        }
-        out
+        self.inner.encode()
     }
 
     /// Decodes and validates an encoded matrix. Sizes are checked against the
     /// buffer before allocating.
     ///
     /// # Errors
-    /// NotSupported for an unknown format version; Corrupt for a truncated or
-    /// inconsistent buffer (bad magic, sizes, or counts that do not add up).
+    /// Corrupt for a truncated or inconsistent buffer (bad magic, an unknown
+    /// version or representation, sizes, or counts that do not add up).
     pub fn decode(bytes: &[u8]) -> Result<Self> {
-        let mut cursor = Cursor { bytes, position: 0 };
-        if cursor.take(4)? != MAGIC {
-            return Err(corrupt("bad magic"));
-        }
-        let version = cursor.u32()?;
-        if version != FORMAT_VERSION {
-            return Err(Error::not_supported(format!(
-                "row-map counts format version {version}; please upgrade"
-            )));
-        }
-        let block_rows = cursor.u32()?;
-        let num_rows = cursor.u64()?;
-        let num_destinations = cursor.u32()?;
-        let num_blocks = cursor.u64()?;
-        if block_rows != BLOCK_ROWS {
-            return Err(corrupt(format!(
-                "block size {block_rows}, expected {BLOCK_ROWS}"
-            )));
-        }
-        if num_destinations == 0 || num_destinations > MAX_DESTINATIONS {
-            return Err(corrupt(format!("{num_destinations} destinations")));
-        }
-        if num_blocks != num_rows.div_ceil(u64::from(block_rows)) {
-            return Err(corrupt("block count does not match the row count"));
-        }
-        let cells = num_blocks
-            .checked_add(1)
-            .and_then(|rows| rows.checked_mul(u64::from(num_destinations)))
-            .ok_or_else(|| corrupt("counts matrix size overflows"))?;
-        let remaining = (bytes.len() - cursor.position) as u64;
-        if cells.checked_mul(8) != Some(remaining) {
-            return Err(corrupt(format!(
-                "counts matrix needs {cells} cells but the buffer holds {remaining} bytes"
-            )));
-        }
-        // Bounded by the buffer length, checked just above.
-        let mut counts = Vec::with_capacity(cells as usize);
-        for _ in 0..cells {
-            counts.push(cursor.u64()?);
-        }
-        let matrix = Self {
-            block_rows,
-            num_rows,
-            num_destinations,
-            counts,
-        };
-        matrix.validate()?;
-        Ok(matrix)
-    }
-
-    /// Counts start at zero, never decrease, grow per block by at most the
-    /// block's length in total, and never exceed the row count.
-    fn validate(&self) -> Result<()> {
-        let width = self.num_destinations as usize;
-        let Some(first) = self.counts.get(..width) else {
-            return Err(corrupt("counts matrix is empty"));
-        };
-        if first.iter().any(|count| *count != 0) {
-            return Err(corrupt("counts do not start at zero"));
-        }
-        let rows: Vec<&[u64]> = self.counts.chunks_exact(width).collect();
-        for (block, pair) in rows.windows(2).enumerate() {
-            let block_len = self.block_len(block as u64);
-            let mut growth = 0u64;
-            for (before, after) in pair[0].iter().zip(pair[1]) {
-                if after < before {
-                    return Err(corrupt(format!("counts decrease in block {block}")));
-                }
-                growth += after - before;
-            }
-            if growth > block_len {
-                return Err(corrupt(format!(
-                    "block {block} grows by {growth} rows but holds {block_len}"
-                )));
-            }
-        }
-        let total: u64 = self.totals().iter().sum();
-        if total > self.num_rows {
-            return Err(corrupt("more labelled rows than rows"));
-        }
-        Ok(())
+        let inner = lance::CountsMatrix::decode(bytes).map_err(|e| corrupt(lance_message(&e)))?;
+        Self::checked(inner)
     }
 
     /// Rows in `block` (the last block may be short).
     pub fn block_len(&self, block: u64) -> u64 {
-        let start = block * u64::from(self.block_rows);
-        self.num_rows
+        let start = block * u64::from(self.block_rows());
+        self.num_rows()
             .saturating_sub(start)
-            .min(u64::from(self.block_rows))
+            .min(u64::from(self.block_rows()))
     }
 
     /// Checks the totals against the destinations' physical rows and the row
@@ -239,10 +209,10 @@ impl CountsMatrix {
     /// Corrupt when the row count is not `source_rows` or the totals are not
     /// `destination_rows`.
     pub fn check_against(&self, source_rows: u64, destination_rows: &[u64]) -> Result<()> {
-        if source_rows != self.num_rows {
+        if source_rows != self.num_rows() {
             return Err(corrupt(format!(
                 "row map has {} labels but the sources hold {source_rows} rows",
-                self.num_rows
+                self.num_rows()
             )));
         }
         if self.totals() != destination_rows {
@@ -254,41 +224,27 @@ impl CountsMatrix {
     }
 }
 
+fn check_destinations(num_destinations: u32) -> Result<()> {
+    if num_destinations == 0 || num_destinations > MAX_DESTINATIONS {
+        return Err(Error::invalid_input(format!(
+            "a stable partition needs 1..={MAX_DESTINATIONS} destinations, got {num_destinations}"
+        )));
+    }
+    Ok(())
+}
+
+/// Lance's message without its source location suffix, on one line.
+fn lance_message(error: &lance_core::Error) -> String {
+    let text = error.to_string();
+    let text = text.split(", /").next().unwrap_or(&text);
+    text.replace('\n', " ")
+}
+
 /// What a Corrupt error of the counts names (the reader adds the file).
 pub(super) const WHAT: &str = "row-map counts";
 
 fn corrupt(message: impl Into<String>) -> Error {
     Error::corrupt(WHAT, message)
-}
-
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    position: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self
-            .position
-            .checked_add(n)
-            .filter(|end| *end <= self.bytes.len())
-            .ok_or_else(|| corrupt("truncated"))?;
-        let slice = &self.bytes[self.position..end];
-        self.position = end;
-        Ok(slice)
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        let mut buf = [0u8; 4];
-        buf.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(buf))
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        let mut buf = [0u8; 8];
-        buf.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(buf))
-    }
 }
 
 #[cfg(test)]
@@ -314,8 +270,8 @@ mod tests {
         assert!(one_row_each(limit + 1).is_err());
         // A stored matrix announcing one more destination is refused too.
         let mut bytes = matrix.encode();
-        // num_destinations sits after magic, version, block rows and num_rows.
-        bytes[20..24].copy_from_slice(&(limit + 1).to_le_bytes());
+        // num_destinations sits after magic, version and representation.
+        bytes[12..16].copy_from_slice(&(limit + 1).to_le_bytes());
         assert!(matches!(
             CountsMatrix::decode(&bytes),
             Err(Error::Corrupt { .. })
@@ -347,9 +303,9 @@ mod tests {
     #[test]
     fn decreasing_counts_are_corrupt() {
         let mut bytes = sample().encode();
-        // Cell (1, 0) sits after the header and the zero row.
-        let cell = HEADER_BYTES + 2 * 8;
-        bytes[cell..cell + 8].copy_from_slice(&40_000u64.to_le_bytes());
+        // Cell (1, 0) sits after the 28-byte header and block 0's two cells.
+        let cell = 28 + 2 * 4;
+        bytes[cell..cell + 4].copy_from_slice(&20_000u32.to_le_bytes());
         assert!(matches!(
             CountsMatrix::decode(&bytes),
             Err(Error::Corrupt { .. })
@@ -359,7 +315,7 @@ mod tests {
     #[test]
     fn huge_declared_sizes_are_rejected_before_allocating() {
         let mut bytes = sample().encode();
-        bytes[12..20].copy_from_slice(&u64::MAX.to_le_bytes());
+        bytes[20..28].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(CountsMatrix::decode(&bytes).is_err());
         bytes = sample().encode();
         bytes.truncate(bytes.len() - 1);
@@ -367,13 +323,24 @@ mod tests {
     }
 
     #[test]
-    fn newer_format_version_asks_for_an_upgrade() {
-        let mut bytes = sample().encode();
-        bytes[4..8].copy_from_slice(&2u32.to_le_bytes());
-        assert!(matches!(
-            CountsMatrix::decode(&bytes),
-            Err(Error::NotSupported { .. })
-        ));
+    fn unknown_versions_and_representations_are_corrupt() {
+        for at in [4, 8] {
+            let mut bytes = sample().encode();
+            bytes[at..at + 4].copy_from_slice(&2u32.to_le_bytes());
+            assert!(matches!(
+                CountsMatrix::decode(&bytes),
+                Err(Error::Corrupt { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn the_encoding_is_lances() {
+        let bytes = sample().encode();
+        assert_eq!(&bytes[..4], b"LSPC");
+        let lance = lance::CountsMatrix::decode(&bytes).unwrap();
+        assert_eq!(lance.total(0), 34_000);
+        assert_eq!(lance.count_before(1, 1), 35_536);
     }
 
     proptest! {

@@ -23,7 +23,7 @@ mod resident;
 mod route;
 mod span;
 
-pub use counts::{CountsMatrix, BLOCK_ROWS};
+pub use counts::{CountsBuilder, CountsMatrix, BLOCK_ROWS};
 pub use reader::{ChunkCacheMode, RowMapReader, RowMapSource, BLOCKS_PER_CHUNK};
 
 // The translators' performance internals: crate-private, public to this
@@ -44,8 +44,9 @@ pub use route::{RouteBuffer, ROUTE_BATCH_ROWS};
 use refract_core::Error;
 use refract_table::io::paths::RelativePath;
 
-/// Schema metadata key naming the global buffer that holds the counts matrix.
-pub const COUNTS_BUFFER_KEY: &str = "refract:row_map_counts_buffer";
+/// Schema metadata key naming the global buffer that holds the counts matrix
+/// (its index as a decimal string), as Lance names it.
+pub const COUNTS_BUFFER_KEY: &str = "lance:stable_partition:counts_buffer_index";
 
 /// Name of the label column.
 pub const LABEL_COLUMN: &str = "label";

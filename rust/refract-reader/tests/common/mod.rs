@@ -17,7 +17,7 @@ use futures::TryStreamExt;
 use refract_core::checksum::FileChecksum;
 use refract_core::Result;
 use refract_index::{create_index, IndexParams, IndexUse, Query, QueryResult};
-use refract_ledger::{FragmentDigest, Ledger, Mapping, TransitionRecord};
+use refract_ledger::{FragmentDigest, FragmentDigestExt, Ledger, Mapping, TransitionRecord};
 use refract_optimize::fri::RowMapWriter;
 use refract_reader::{ChunkCacheMode, FriResolver, FRI_INDEX_NAME, FRI_INDEX_TYPE};
 use refract_table::io::{RecordedFile, RelativePath};
@@ -225,7 +225,6 @@ impl Table {
             digests,
             destinations.clone(),
             Mapping::OrderedCompaction { surviving },
-            self.ds.version(),
         )
         .unwrap();
         self.commit_rewrite(sources, new_fragments, Some(record))
@@ -305,7 +304,6 @@ impl Table {
                 map_size_bytes: written.size_bytes,
                 map_checksum: Some(written.checksum.clone()),
             },
-            self.ds.version(),
         )
         .unwrap();
         self.commit_rewrite(sources, new_fragments, Some(record))
@@ -456,7 +454,7 @@ impl Table {
         };
         let mut files = Vec::new();
         let details = match self.storage {
-            Storage::Inline => inline_details(&content, index_version),
+            Storage::Inline => inline_details(&content),
             Storage::External => {
                 let prefix = b"some leading bytes";
                 let path = format!("_indices/{uuid}/details.binpb");
@@ -473,14 +471,11 @@ impl Table {
                     .put(&RelativePath::parse(&path).unwrap(), file.into())
                     .await
                     .unwrap();
-                external_details(
-                    &path,
-                    prefix.len() as u64,
-                    content.len() as u64,
-                    index_version,
-                )
+                external_details(&path, prefix.len() as u64, content.len() as u64)
             }
         };
+        let mut details = details;
+        self.append_row_map_checksums(&mut details);
         let entry = IndexMetadata {
             uuid,
             name: FRI_INDEX_NAME.to_string(),
@@ -499,6 +494,31 @@ impl Table {
         (entry, removed)
     }
 
+    /// Records the ledger's row-map checksums in the details envelope, as
+    /// the engine's writer does.
+    fn append_row_map_checksums(&self, details: &mut Vec<u8>) {
+        use refract_ledger::proto::ROW_MAP_CHECKSUMS_FIELD;
+        // A `RowMapChecksums` record of `RowMapChecksum { map_id, block_bytes, crc32c }`.
+        let mut record = Vec::new();
+        for transition in self.ledger.transitions() {
+            if let Mapping::StablePartition {
+                map_id,
+                map_checksum: Some(checksum),
+                ..
+            } = transition.mapping()
+            {
+                let mut map = Vec::new();
+                field_bytes(&mut map, 1, map_id.hyphenated().to_string().as_bytes());
+                field_varint(&mut map, 2, checksum.block_bytes());
+                field_bytes(&mut map, 3, &checksum.blocks_le_bytes());
+                field_bytes(&mut record, 1, &map);
+            }
+        }
+        if !record.is_empty() {
+            field_bytes(details, u64::from(ROW_MAP_CHECKSUMS_FIELD), &record);
+        }
+    }
+
     /// The ledger's compactions as legacy versions (one per transition).
     fn legacy_content(&self) -> Vec<u8> {
         let mut content = Vec::new();
@@ -510,7 +530,7 @@ impl Table {
             field_bytes(
                 &mut content,
                 1,
-                &legacy_version(record.dataset_version(), &[group]),
+                &legacy_version(self.ds.version(), &[group]),
             );
         }
         content
@@ -646,23 +666,32 @@ pub fn digest_bytes(id: u64, physical: u64, deleted: u64) -> Vec<u8> {
     out
 }
 
-/// `FriDetails{inline, index_version}`.
-pub fn inline_details(content: &[u8], index_version: u32) -> Vec<u8> {
+/// `FragmentReuseIndexDetails{inline}`.
+pub fn inline_details(content: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     field_bytes(&mut out, 1, content);
-    field_varint(&mut out, 3, u64::from(index_version));
     out
 }
 
-/// `FriDetails{external{path, offset, size}, index_version}`.
-pub fn external_details(path: &str, offset: u64, size: u64, index_version: u32) -> Vec<u8> {
+/// The stored form of a dataset-relative path under `_indices/<uuid>/`:
+/// Lance records it relative to the index directory. Other paths are kept
+/// as they are (hostile ones included).
+pub fn relative_to_index_dir(path: &str) -> &str {
+    match path.strip_prefix("_indices/") {
+        Some(rest) => rest.split_once('/').map_or(path, |(_, tail)| tail),
+        None => path,
+    }
+}
+
+/// `FragmentReuseIndexDetails{external{path, offset, size}}`, `path`
+/// dataset-relative.
+pub fn external_details(path: &str, offset: u64, size: u64) -> Vec<u8> {
     let mut file = Vec::new();
-    field_bytes(&mut file, 1, path.as_bytes());
+    field_bytes(&mut file, 1, relative_to_index_dir(path).as_bytes());
     field_varint(&mut file, 2, offset);
     field_varint(&mut file, 3, size);
     let mut out = Vec::new();
     field_bytes(&mut out, 2, &file);
-    field_varint(&mut out, 3, u64::from(index_version));
     out
 }
 
@@ -698,7 +727,7 @@ pub fn legacy_version(dataset_version: u64, groups: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
     field_varint(&mut out, 1, dataset_version);
     for g in groups {
-        field_bytes(&mut out, 2, g);
+        field_bytes(&mut out, 3, g);
     }
     out
 }

@@ -3,17 +3,20 @@
 //! through the store, writing a new entry, and the flag rules checked at
 //! publication. The reader and the maintenance crates re-export these.
 //!
-//! The entry has the reserved name [`FRI_INDEX_NAME`], no fields and no
-//! fragment bitmap; its details hold the encoded ledger inline, or reference
-//! `_indices/<fri uuid>/details.binpb` when the content exceeds 200 KiB.
+//! The entry is Lance's: the reserved name [`FRI_INDEX_NAME`], no fields, a
+//! fragment bitmap of every fragment its history produced, and details of
+//! type `lance.table.FragmentReuseIndexDetails` holding the encoded ledger
+//! inline, or referencing `_indices/<fri uuid>/details.binpb` when the
+//! content exceeds 200 KiB.
 
 use bytes::Bytes;
 use refract_core::{Error, Result};
 use refract_ledger::flags::FLAG_FRAGMENT_REUSE_INDEX;
 use refract_ledger::{
-    is_fri_name, parse_details, ContentLocation, ExternalContent, Ledger, FRI_INDEX_NAME,
+    is_fri_entry_of, parse_details, ContentLocation, ExternalContent, Ledger, FRI_INDEX_NAME,
     FRI_INDEX_TYPE, FRI_INDEX_VERSION_TAGGED,
 };
+use roaring::RoaringBitmap;
 use uuid::Uuid;
 
 use crate::dataset::Dataset;
@@ -23,7 +26,7 @@ use refract_core::checksum::FileChecksum;
 
 /// True when `index` is the FRI system entry.
 pub fn is_fri_entry(index: &IndexMetadata) -> bool {
-    is_fri_name(&index.name)
+    is_fri_entry_of(&index.name, &index.index_type)
 }
 
 /// The FRI entry of `manifest`, if any. Two FRI entries are corrupt.
@@ -97,23 +100,26 @@ pub async fn load_ledger_of(
 }
 
 /// Decodes one FRI entry's ledger, reading external content when needed
-/// (verified against the checksum the entry records for its file). The
-/// version gate and reference checks run before any I/O.
+/// (verified against the checksum the entry records for its file), with the
+/// row-map checksums its details record. The version gate and reference
+/// checks run before any I/O.
 ///
 /// # Errors
 /// NotSupported for an unknown index version; Corrupt for malformed details or
 /// ledger content, a bad external reference or a path-like ledger `map_id`;
 /// for external content, those of [`read_external_content`].
 pub async fn decode_entry(store: &DatasetStore, entry: &IndexMetadata) -> Result<Ledger> {
-    match parse_details(&entry.details, entry.index_version, &entry.uuid)? {
+    let mut ledger = match parse_details(&entry.details, entry.index_version, &entry.uuid)? {
         ContentLocation::Inline(content) => {
-            Ledger::from_content_bytes(content, entry.index_version)
+            Ledger::from_content_bytes(content, entry.index_version)?
         }
         ContentLocation::External(external) => {
             let bytes = read_external_content(&store.verifying(&entry.files), &external).await?;
-            Ledger::from_content_bytes(&bytes, entry.index_version)
+            Ledger::from_content_bytes(&bytes, entry.index_version)?
         }
-    }
+    };
+    ledger.attach_row_map_checksums(&entry.details)?;
+    Ok(ledger)
 }
 
 /// Reads validated external ledger content: one ranged read of exactly the
@@ -179,7 +185,7 @@ pub async fn new_fri_entry(
         uuid,
         name: FRI_INDEX_NAME.to_string(),
         fields: Vec::new(),
-        fragment_bitmap: None,
+        fragment_bitmap: Some(produced_fragments(ledger)),
         index_type: FRI_INDEX_TYPE.to_string(),
         details: encoded.details,
         index_version: encoded.index_version,
@@ -187,6 +193,18 @@ pub async fn new_fri_entry(
         files,
         lance: Default::default(),
     })
+}
+
+/// Every fragment the ledger's history produced: what Lance records as the
+/// FRI entry's fragment bitmap.
+fn produced_fragments(ledger: &Ledger) -> RoaringBitmap {
+    let legacy = ledger.legacy_versions().iter().flat_map(|v| v.groups());
+    legacy
+        .chain(ledger.transitions())
+        .flat_map(|record| record.destinations())
+        // The ledger validates fragment ids below u32::MAX.
+        .filter_map(|digest| u32::try_from(digest.id).ok())
+        .collect()
 }
 
 /// True when the manifest's flags mark it as carrying (or having carried) a
@@ -198,7 +216,7 @@ pub fn is_tagged(manifest: &Manifest) -> bool {
 
 /// The FRI rules every published manifest satisfies (checked by
 /// `Manifest::validate`, so a violating manifest is never written):
-/// at most one FRI entry, shaped as a system entry (no fields, no bitmap); a
+/// at most one FRI entry, shaped as a system entry (no fields); a
 /// version-1 entry requires the FRI bit in both flag sets; once the bits are
 /// set, a version-0 entry may not be published (the flag is permanent).
 pub(crate) fn check_fri_metadata(manifest: &Manifest) -> Result<()> {
@@ -206,9 +224,9 @@ pub(crate) fn check_fri_metadata(manifest: &Manifest) -> Result<()> {
         return Ok(());
     };
     let corrupt = |message: String| Error::corrupt("manifest", message);
-    if !entry.fields.is_empty() || entry.fragment_bitmap.is_some() {
+    if !entry.fields.is_empty() {
         return Err(corrupt(format!(
-            "FRI entry {} must have no fields and no fragment bitmap",
+            "FRI entry {} must have no fields",
             entry.uuid
         )));
     }
