@@ -103,6 +103,27 @@ def fragmented_table(uri, storage_options, fragments=200):
     return ds
 
 
+def pylance_fragmented_table(uri, storage_options, fragments=100):
+    """Like `fragmented_table`, written by pylance 14.0.2 (no index): the ids
+    that survive, in order."""
+    import lance
+
+    lance.write_dataset(
+        numbered(0, 10 * fragments), uri, max_rows_per_file=10, storage_options=storage_options
+    )
+    lance.dataset(uri, storage_options=storage_options).delete("id % 7 = 3")
+    return [i for i in range(10 * fragments) if i % 7 != 3]
+
+
+def assert_pylance_reads(uri, storage_options, ids):
+    """pylance validates the table and reads exactly `ids`, in order."""
+    import lance
+
+    theirs = lance.dataset(uri, storage_options=storage_options)
+    theirs.validate()
+    assert theirs.to_table().column("id").to_pylist() == ids
+
+
 def layout(ds):
     """The table's layout: `(fragment id, physical rows, deleted rows, files)` in order."""
     return [(f.fragment_id, f.physical_rows, f.num_deletions, len(f.files)) for f in ds.get_fragments()]

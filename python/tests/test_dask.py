@@ -23,7 +23,14 @@ import refract
 import refract.dask
 from refract import distributed
 from refract.optimize import Compaction
-from conftest import DISTRIBUTED_OPTIONS, indexed_equals_scans, layout
+from conftest import (
+    DISTRIBUTED_OPTIONS,
+    assert_pylance_reads,
+    indexed_equals_scans,
+    layout,
+    pylance_fragmented_table,
+    s3_location,
+)
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +170,15 @@ def test_dask_executor_names_its_tasks(dask_client):
     assert executor.client is dask_client
     first, second = executor.submit(abs, -3), executor.submit(abs, -3)
     assert first.key != second.key and (first.result(), second.result()) == (3, 3)
+
+
+def test_dask_compacts_a_table_pylance_wrote(dask_client):
+    uri, options = s3_location("dask-pylance")
+    ids = pylance_fragmented_table(uri, options)
+    metrics = refract.dask.compact_files(
+        uri, {"target_rows_per_fragment": 50}, options, client=dask_client
+    )
+    assert metrics.fragments_removed == 100
+    assert_pylance_reads(uri, options, ids)
+    ds = refract.dataset(uri, storage_options=options)
+    assert ds.optimize.compact_files(target_rows_per_fragment=50).committed_version is None

@@ -25,9 +25,12 @@ from refract import distributed
 from refract.optimize import Compaction
 from conftest import (
     DISTRIBUTED_OPTIONS,
+    assert_pylance_reads,
     indexed_equals_scans,
     layout,
     numbered,
+    pylance_fragmented_table,
+    s3_location,
 )
 
 
@@ -164,3 +167,13 @@ def test_ray_maintain_remaps_and_trims(table, single_process_reference):
     point, explain = ds.query(filter="id = 18", columns=["id"], explain=True)
     assert point.column("id").to_pylist() == [18]
     assert [s["translated"] for s in explain["segments"]] == [False]
+
+
+def test_ray_compacts_a_table_pylance_wrote():
+    uri, options = s3_location("ray-pylance")
+    ids = pylance_fragmented_table(uri, options)
+    metrics = refract.ray.compact_files(uri, {"target_rows_per_fragment": 50}, options)
+    assert metrics.fragments_removed == 100
+    assert_pylance_reads(uri, options, ids)
+    ds = refract.dataset(uri, storage_options=options)
+    assert ds.optimize.compact_files(target_rows_per_fragment=50).committed_version is None
