@@ -103,6 +103,18 @@ def fragmented_table(uri, storage_options, fragments=200):
     return ds
 
 
+def lance_opts(options):
+    """pylance's keyword for storage options (none for a local table)."""
+    return {"storage_options": options} if options else {}
+
+
+def pylance(uri, options, **kwargs):
+    """pylance 14.0.2's view of the table at `uri`."""
+    import lance
+
+    return lance.dataset(uri, **lance_opts(options), **kwargs)
+
+
 def pylance_fragmented_table(uri, storage_options, fragments=100):
     """Like `fragmented_table`, written by pylance 14.0.2 (no index): the ids
     that survive, in order."""

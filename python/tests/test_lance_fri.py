@@ -6,17 +6,9 @@ import lance
 import pytest
 
 import refract
-from conftest import numbered
+from conftest import lance_opts, numbered, pylance
 
 FRI = "__lance_frag_reuse"
-
-
-def lance_opts(options):
-    return {"storage_options": options} if options else {}
-
-
-def pylance(uri, options, **kwargs):
-    return lance.dataset(uri, **lance_opts(options), **kwargs)
 
 
 def four_fragments(uri, options, rows=100):
@@ -27,6 +19,15 @@ def four_fragments(uri, options, rows=100):
             mode="append" if i else "create",
             **lance_opts(options),
         )
+
+
+def pylance_indexed_table(uri, options, modulus, remainder):
+    """`four_fragments` with pylance's BTREE on `id`, then pylance deletes
+    `id % modulus = remainder`: the live ids, in order."""
+    four_fragments(uri, options)
+    pylance(uri, options).create_scalar_index("id", "BTREE")
+    pylance(uri, options).delete(f"id % {modulus} = {remainder}")
+    return [i for i in range(400) if i % modulus != remainder]
 
 
 def indexed_ids(ds, filter):
@@ -54,10 +55,7 @@ def expected(ids, filter):
 
 def test_pylance_queries_its_index_through_refract_deferred_compaction(location):
     uri, options = location
-    four_fragments(uri, options)
-    pylance(uri, options).create_scalar_index("id", "BTREE")
-    pylance(uri, options).delete("id % 10 = 3")
-    live = [i for i in range(400) if i % 10 != 3]
+    live = pylance_indexed_table(uri, options, 10, 3)
 
     ours = refract.dataset(uri, storage_options=options)
     ours.optimize.compact_files(target_rows_per_fragment=1000, defer_index_remap=True)
@@ -84,16 +82,13 @@ def test_pylance_queries_its_index_through_refract_deferred_compaction(location)
 
 def test_refract_reads_and_extends_pylance_history(location):
     uri, options = location
-    four_fragments(uri, options)
-    pylance(uri, options).create_scalar_index("id", "BTREE")
-    pylance(uri, options).delete("id % 10 = 0")
+    live = pylance_indexed_table(uri, options, 10, 0)
     # pylance's deferred compaction writes a version-0 history.
     pylance(uri, options).optimize.compact_files(
         target_rows_per_fragment=1000, defer_index_remap=True
     )
     theirs = pylance(uri, options)
     assert len(fri_entries(theirs)) == 1
-    live = [i for i in range(400) if i % 10]
 
     ours = refract.dataset(uri, storage_options=options)
     assert ours.to_table().column("id").to_pylist() == live
@@ -124,10 +119,7 @@ def test_refract_reads_and_extends_pylance_history(location):
 
 def test_pylance_queries_through_a_refract_stable_partition(location):
     uri, options = location
-    four_fragments(uri, options)
-    pylance(uri, options).create_scalar_index("id", "BTREE")
-    pylance(uri, options).delete("id % 7 = 1")
-    live = [i for i in range(400) if i % 7 != 1]
+    live = pylance_indexed_table(uri, options, 7, 1)
 
     ours = refract.dataset(uri, storage_options=options)
     ours.partition_fragments("id", boundaries=[150, 300])

@@ -6,15 +6,7 @@ import pyarrow as pa
 import pytest
 
 import refract
-from conftest import numbered, run_cli
-
-
-def lance_opts(options):
-    return {"storage_options": options} if options else {}
-
-
-def pylance(uri, options, **kwargs):
-    return lance.dataset(uri, **lance_opts(options), **kwargs)
+from conftest import lance_opts, numbered, pylance, run_cli
 
 
 def assert_verifies(cli, uri, options):

@@ -238,6 +238,19 @@ fn stable_partition_decodes() {
     assert_eq!(ledger.transitions()[0].dataset_version(), None);
 }
 
+#[test]
+fn a_row_map_in_another_base_path_is_not_supported() {
+    let mut transition = raw_sp(vec![d(1, 10, 2)], vec![d(2, 8, 0)], MAP, 512);
+    if let Some(crate::proto::transition::Mapping::StablePartition(sp)) = &mut transition.mapping {
+        sp.base_id = Some(1);
+    }
+    let err = decode_err(&tagged(vec![transition]), 1);
+    assert!(
+        matches!(&err, Error::NotSupported { message } if message.contains("base path") && !message.contains('\n')),
+        "{err:?}"
+    );
+}
+
 #[rstest]
 #[case::parent("../escape")]
 #[case::slash("a/b")]
