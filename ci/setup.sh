@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building Refract needs beyond the Rust toolchain.
-# Today that is only `protoc` (lance-file, lance-encoding and our own protos run prost-build).
+# Today that is only `protoc` (lance-file, lance-encoding and lance-table run prost-build).
 set -euo pipefail
 
 if ! command -v protoc >/dev/null 2>&1; then

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::execute::RewriteResult;
 use super::inline_remap::InlineRemapHook;
+use super::relabelled::{follow_relabels, Followed};
 use super::landed::{find_landing, references_any, Landing};
 use super::verify::{verify_results, ReadIndex, ReadVersions};
 use super::CompactionOptions;
@@ -52,7 +53,7 @@ pub async fn commit_compaction(
     let Some(read_version) = results.iter().map(|r| r.read_version).min() else {
         return Ok((dataset.clone(), CompactionMetrics::default()));
     };
-    let options = shared_options(&results)?;
+    let options = shared_options(&results)?.clone();
     check_disjoint(&results)?;
     let latest = dataset.checkout_latest().await?;
     let reads = ReadVersions::load(dataset, &results).await?;
@@ -65,6 +66,10 @@ pub async fn commit_compaction(
         }
     }
     verify_results(dataset, &read_index, &latest, &results).await?;
+    let Followed {
+        results,
+        read_version,
+    } = follow_relabels(&read_index, latest.manifest(), results, read_version)?;
     let mut groups = Vec::with_capacity(results.len());
     for result in &results {
         groups.push(RewriteGroup {
@@ -81,7 +86,7 @@ pub async fn commit_compaction(
             removed_index_uuids: Vec::new(),
         },
     );
-    let hook = index_hook(options, &results)?;
+    let hook = index_hook(&options, &results)?;
     let committed = match latest
         .commit_transaction(transaction, hook.as_deref())
         .await

@@ -15,6 +15,7 @@ use refract_index::registry::IndexRegistry;
 use refract_index::remap::{apply_index_rewrite, remap_indices_for_rewrite, RewrittenGroup};
 use refract_table::dataset::Dataset;
 use refract_table::format::Manifest;
+use refract_table::transaction::Operation;
 use refract_table::CommitHook;
 use roaring::RoaringTreemap;
 
@@ -67,15 +68,51 @@ impl InlineRemapHook {
         })
     }
 
-    fn remap(&self, candidate: &Manifest, assigned: &[Vec<u64>]) -> Result<RowAddrRemap> {
-        if assigned.len() != self.groups.len() {
+    /// The captured groups, then the fragments the commit relabelled (extra
+    /// groups of the candidate's transaction, after ours; see
+    /// `refract_table`'s commit): the remap moves both.
+    fn all_groups(&self, dataset: &Dataset, candidate: &Manifest) -> Result<Vec<GroupCapture>> {
+        let mut groups = self.groups.clone();
+        let Some(Operation::Rewrite { groups: applied, .. }) =
+            candidate.transaction.as_ref().map(|txn| &txn.operation)
+        else {
+            return Ok(groups);
+        };
+        let latest = dataset.manifest().fragment_index();
+        for relabel in applied.iter().skip(self.groups.len()) {
+            let old = relabel
+                .old_fragment_ids
+                .iter()
+                .map(|id| {
+                    let fragment = latest.get(*id).ok_or_else(|| {
+                        Error::invalid_input(format!(
+                            "relabelled fragment {id} is not in the latest version"
+                        ))
+                    })?;
+                    Ok(FragmentRows {
+                        id: *id,
+                        physical_rows: fragment.physical_rows,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let bytes = relabel.surviving_old_addresses.as_deref().ok_or_else(|| {
+                Error::invalid_input("a relabelled fragment carries no surviving rows")
+            })?;
+            let surviving = RoaringTreemap::deserialize_from(bytes)
+                .map_err(|e| Error::invalid_input(format!("relabelled rows: {e}")))?;
+            groups.push(GroupCapture { old, surviving });
+        }
+        Ok(groups)
+    }
+
+    fn remap(groups: &[GroupCapture], candidate: &Manifest, assigned: &[Vec<u64>]) -> Result<RowAddrRemap> {
+        if assigned.len() != groups.len() {
             return Err(Error::invalid_input(
                 "commit assigned ids for a different number of rewrite groups",
             ));
         }
         let index = candidate.fragment_index();
-        let inputs = self
-            .groups
+        let inputs = groups
             .iter()
             .zip(assigned)
             .map(|(group, new_ids)| {
@@ -119,9 +156,9 @@ impl CommitHook for InlineRemapHook {
         if !touches_index {
             return Ok(());
         }
-        let remap = self.remap(candidate, assigned)?;
-        let groups: Vec<RewrittenGroup> = self
-            .groups
+        let captured = self.all_groups(dataset, candidate)?;
+        let remap = Self::remap(&captured, candidate, assigned)?;
+        let groups: Vec<RewrittenGroup> = captured
             .iter()
             .zip(assigned)
             .map(|(group, new_ids)| RewrittenGroup {

@@ -29,6 +29,7 @@ mod inline_remap;
 mod landed;
 mod moves;
 mod options;
+mod relabelled;
 mod run;
 mod search;
 mod simulate;
@@ -51,6 +52,7 @@ pub use options::{
     DEFAULT_MATERIALIZE_DELETIONS_THRESHOLD, DEFAULT_MAX_ROWS_PER_GROUP,
     DEFAULT_TARGET_ROWS_PER_FRAGMENT,
 };
+pub use relabelled::follow_fragment_ids;
 pub use run::{compact_files, execute_plan, CompactionProgress, ProgressCallback};
 pub use simulate::{execute_until_noop, simulate_run, Convergence};
 pub use task_planner::{plan_tasks, TaskPlan};

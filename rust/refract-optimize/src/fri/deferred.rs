@@ -112,7 +112,7 @@ impl CommitHook for DeferredRemapHook {
                     return Ok(());
                 }
                 let read = dataset.checkout_version(txn.read_version).await?;
-                ordered_records(read.manifest(), groups, assigned)?
+                ordered_records(read.manifest(), dataset.manifest(), groups, assigned)?
             }
             Operation::Partition {
                 source_fragment_ids,
@@ -228,9 +228,14 @@ fn source_digests(
         .collect()
 }
 
-/// One ordered-compaction record per rewrite group.
+/// One ordered-compaction record per rewrite group. A source's digest counts
+/// as deleted exactly the rows the group does not carry over: its deletions at
+/// the read version for a compaction, none for a relabelled fragment (whose
+/// deleted rows move with it, still deleted). A relabelled fragment may be
+/// newer than the read version, so sources are looked up in `latest` too.
 fn ordered_records(
     read: &Manifest,
+    latest: &Manifest,
     groups: &[RewriteGroup],
     assigned: &[Vec<u64>],
 ) -> Result<Vec<TransitionRecord>> {
@@ -241,7 +246,7 @@ fn ordered_records(
             assigned.len()
         )));
     }
-    let index = read.fragment_index();
+    let (read_index, latest_index) = (read.fragment_index(), latest.fragment_index());
     groups
         .iter()
         .zip(assigned)
@@ -271,9 +276,29 @@ fn ordered_records(
                 .zip(&group.new_fragments)
                 .map(|(id, fragment)| FragmentDigest::new(*id, fragment.physical_rows, 0))
                 .collect();
-            let sources = group_sources(&index, &group.old_fragment_ids, &surviving);
+            let sources = group_sources(&read_index, &group.old_fragment_ids, &surviving);
+            let sources = sources
+                .iter()
+                .map(|id| {
+                    let fragment = read_index
+                        .get(*id)
+                        .or_else(|| latest_index.get(*id))
+                        .ok_or_else(|| {
+                            Error::invalid_input(format!(
+                                "fragment {id} is in neither version {} nor {}",
+                                read.version, latest.version
+                            ))
+                        })?;
+                    let kept = surviving.range_cardinality(*id << 32..(*id + 1) << 32);
+                    Ok(FragmentDigest::new(
+                        *id,
+                        fragment.physical_rows,
+                        fragment.physical_rows.saturating_sub(kept),
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
             TransitionRecord::new(
-                source_digests(&index, read.version, &sources)?,
+                sources,
                 destinations,
                 Mapping::OrderedCompaction { surviving },
             )
@@ -283,7 +308,8 @@ fn ordered_records(
 
 /// The group's sources in read order: its listed fragments plus any whose rows
 /// it captured but a concurrent delete removed since (the rebase drops those
-/// from the positional run, yet their survivors are in the mapping).
+/// from the positional run, yet their survivors are in the mapping). A listed
+/// fragment newer than the read version (only a relabelled one) follows.
 fn group_sources(read: &FragmentIndex<'_>, listed: &[u64], surviving: &RoaringTreemap) -> Vec<u64> {
     let mut sources: Vec<(usize, u64)> = listed
         .iter()
@@ -293,7 +319,8 @@ fn group_sources(read: &FragmentIndex<'_>, listed: &[u64], surviving: &RoaringTr
         .collect();
     sources.sort_unstable();
     sources.dedup();
-    sources.into_iter().map(|(_, id)| id).collect()
+    let newer = listed.iter().copied().filter(|id| !read.contains(*id));
+    sources.into_iter().map(|(_, id)| id).chain(newer).collect()
 }
 
 /// Replaces the candidate's FRI entry by `entry`, and records the swap in the

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use refract_core::{Error, Result};
 use refract_ledger::flags::FLAG_DELETION_FILES;
+use roaring::RoaringTreemap;
 use uuid::Uuid;
 
 use crate::format::fragment::FIRST_FRAGMENT_ID;
@@ -86,7 +87,7 @@ pub(crate) fn build_candidate(
             new_indices,
             removed_index_uuids,
         } => {
-            let groups = apply_rewrite(&mut next, groups, &mut ids, &mut assigned)?;
+            let groups = apply_rewrite(&mut next, groups, &mut ids, &mut assigned, true)?;
             apply_index_changes(&mut next, new_indices, removed_index_uuids)?;
             Operation::Rewrite {
                 groups,
@@ -114,7 +115,7 @@ pub(crate) fn build_candidate(
                 new_fragments: destinations.clone(),
                 surviving_old_addresses: None,
             };
-            let applied = apply_rewrite(&mut next, &[run], &mut ids, &mut assigned)?;
+            let applied = apply_rewrite(&mut next, &[run], &mut ids, &mut assigned, false)?;
             Operation::Partition {
                 source_fragment_ids: source_fragment_ids.clone(),
                 destinations: applied
@@ -176,11 +177,20 @@ fn apply_delete(next: &mut Manifest, updated: &[Fragment], removed: &[u64]) -> R
 }
 
 /// Replaces each group's contiguous run in place with its new fragments.
+///
+/// Lance requires the fragment list sorted by id (pylance's `validate()`, and
+/// every pylance commit re-sorts it). New fragments take ids above the
+/// high-water mark, so when `relabel` is set every fragment after the first
+/// replaced run is *relabelled*: it keeps its data and deletion files under a
+/// fresh id, recorded as an extra group with one source, one destination and
+/// every physical row surviving (an identity remap), so indices and the FRI
+/// move its rows like any rewritten row. Ids are handed out in list order.
 fn apply_rewrite(
     next: &mut Manifest,
     groups: &[RewriteGroup],
     ids: &mut IdAllocator,
     assigned: &mut Vec<Vec<u64>>,
+    relabel: bool,
 ) -> Result<Vec<RewriteGroup>> {
     let mut seen = HashSet::new();
     for id in groups.iter().flat_map(|group| &group.old_fragment_ids) {
@@ -193,9 +203,8 @@ fn apply_rewrite(
     // One pass over the fragment list, not one search and splice per group:
     // a commit of 10,000 results stays linear in the fragments it touches.
     let index = next.fragment_index();
-    let mut applied = Vec::with_capacity(groups.len());
     let mut runs: Vec<(usize, usize, usize)> = Vec::with_capacity(groups.len());
-    for group in groups {
+    for (at, group) in groups.iter().enumerate() {
         let first = group
             .old_fragment_ids
             .first()
@@ -222,29 +231,74 @@ fn apply_rewrite(
                 group.old_fragment_ids
             )));
         }
-        // Ids are assigned in group order, as the groups are listed.
-        let new_fragments = ids.assign(&group.new_fragments)?;
-        assigned.push(new_fragments.iter().map(|fragment| fragment.id).collect());
-        runs.push((start, end, applied.len()));
-        applied.push(RewriteGroup {
-            new_fragments,
-            ..group.clone()
-        });
+        runs.push((start, end, at));
     }
     // The runs are disjoint (checked above): replace each in place.
     runs.sort_unstable();
+    let mut applied: Vec<RewriteGroup> = groups.to_vec();
+    let mut group_ids: Vec<Vec<u64>> = vec![Vec::new(); groups.len()];
+    let mut relabels = Vec::new();
     let old = std::mem::take(&mut next.fragments);
     let mut kept = old.into_iter().enumerate().peekable();
+    let mut replaced_any = false;
+    let mut keep = |fragment: Fragment,
+                    replaced_any: bool,
+                    ids: &mut IdAllocator,
+                    out: &mut Vec<Fragment>|
+     -> Result<()> {
+        if !(relabel && replaced_any) {
+            out.push(fragment);
+            return Ok(());
+        }
+        let relabelled = Fragment {
+            id: ids.next()?,
+            ..fragment.clone()
+        };
+        relabels.push(relabel_group(&fragment, relabelled.clone())?);
+        out.push(relabelled);
+        Ok(())
+    };
     for (start, end, group) in runs {
         while let Some((_, fragment)) = kept.next_if(|(at, _)| *at < start) {
-            next.fragments.push(fragment);
+            keep(fragment, replaced_any, ids, &mut next.fragments)?;
         }
         while kept.next_if(|(at, _)| *at < end).is_some() {}
-        next.fragments
-            .extend(applied[group].new_fragments.iter().cloned());
+        let new_fragments = ids.assign(&groups[group].new_fragments)?;
+        group_ids[group] = new_fragments.iter().map(|fragment| fragment.id).collect();
+        next.fragments.extend(new_fragments.iter().cloned());
+        applied[group].new_fragments = new_fragments;
+        replaced_any = true;
     }
-    next.fragments.extend(kept.map(|(_, fragment)| fragment));
+    for (_, fragment) in kept {
+        keep(fragment, replaced_any, ids, &mut next.fragments)?;
+    }
+    assigned.extend(group_ids);
+    for group in relabels {
+        assigned.push(group.new_fragments.iter().map(|f| f.id).collect());
+        applied.push(group);
+    }
     Ok(applied)
+}
+
+/// The group recording that `old` now lives on as `relabelled` (same files,
+/// same deletions, offsets unchanged): every physical row survives, so the
+/// ordered-compaction remap of the group is the identity on offsets and a row
+/// deleted in `old` maps to the same, still deleted, offset.
+fn relabel_group(old: &Fragment, relabelled: Fragment) -> Result<RewriteGroup> {
+    // Manifest fragment ids are below 2^32 (checked on decode and on
+    // assignment), so the shift cannot overflow.
+    let first = old.id << 32;
+    let mut surviving = RoaringTreemap::new();
+    surviving.insert_range(first..first + old.physical_rows);
+    let mut bytes = Vec::with_capacity(surviving.serialized_size());
+    surviving
+        .serialize_into(&mut bytes)
+        .map_err(|e| Error::invalid_input(format!("serializing relabelled rows: {e}")))?;
+    Ok(RewriteGroup {
+        old_fragment_ids: vec![old.id],
+        new_fragments: vec![relabelled],
+        surviving_old_addresses: Some(bytes),
+    })
 }
 
 fn apply_index_changes(
@@ -398,8 +452,49 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(ids(&candidate.manifest), vec![1, 8, 9, 4, 7]);
-        assert_eq!(candidate.assigned, vec![vec![7], vec![8, 9]]);
+        // Ids follow list order: 4 is relabelled between the two runs.
+        assert_eq!(ids(&candidate.manifest), vec![1, 7, 8, 9, 10]);
+        assert_eq!(candidate.assigned, vec![vec![10], vec![7, 8], vec![9]]);
+        assert_eq!(candidate.manifest.max_fragment_id, Some(10));
+        let Some(Transaction {
+            operation: Operation::Rewrite { groups, .. },
+            ..
+        }) = &candidate.manifest.transaction
+        else {
+            panic!("rewrite transaction recorded");
+        };
+        let relabel = &groups[2];
+        assert_eq!(relabel.old_fragment_ids, vec![4]);
+        assert_eq!(relabel.new_fragments[0].id, 9);
+        assert_eq!(relabel.new_fragments[0].files, base.fragments[3].files);
+        let surviving = RoaringTreemap::deserialize_from(
+            relabel.surviving_old_addresses.as_deref().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            surviving.iter().collect::<Vec<_>>(),
+            (0..10).map(|offset| 4 << 32 | offset).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_rewrite_at_the_tail_relabels_nothing() {
+        let base = manifest(&[1, 2, 3], 3);
+        let candidate = build(
+            &base,
+            Operation::Rewrite {
+                groups: vec![RewriteGroup {
+                    old_fragment_ids: vec![2, 3],
+                    new_fragments: vec![fragment(0, 20)],
+                    surviving_old_addresses: None,
+                }],
+                new_indices: vec![],
+                removed_index_uuids: vec![],
+            },
+        )
+        .unwrap();
+        assert_eq!(ids(&candidate.manifest), vec![1, 4]);
+        assert_eq!(candidate.assigned, vec![vec![4]]);
     }
 
     #[test]

@@ -83,7 +83,7 @@ async fn expected_after(predicate: &str) -> Vec<i64> {
 }
 
 // Fragments 1..=4 of 10 rows; the compaction turns 1, 2, 3 into 5 (ids 0..15)
-// and 6 (ids 15..30) in place; 4 (ids 30..40) is not compacted.
+// and 6 (ids 15..30) in place; 4 (ids 30..40) is not compacted but relabelled 7.
 #[rstest]
 #[case::scattered_rewrite_first("id % 4 = 1 OR id = 37", false, [4, 4, 2])]
 #[case::scattered_delete_first("id % 4 = 1 OR id = 37", true, [4, 4, 2])]
@@ -118,7 +118,7 @@ async fn delete_racing_a_compaction_of_its_rows_commits_in_either_order(
     assert_eq!(latest.version(), 4);
     let expected = expected_after(predicate).await;
     assert_eq!(scan_ids(&latest).await, expected);
-    let counts: Vec<(u64, u64)> = [5, 6, 4].into_iter().zip(deleted).collect();
+    let counts: Vec<(u64, u64)> = [5, 6, 7].into_iter().zip(deleted).collect();
     assert_eq!(deletion_counts(&latest), counts);
     assert_eq!(
         latest.count_rows(None).await.unwrap(),
@@ -149,9 +149,9 @@ async fn delete_of_every_compacted_row_after_the_compaction_removes_its_output()
     assert_eq!(removed_fragment_ids, vec![5, 6]);
     assert_eq!(
         updated_fragments.iter().map(|f| f.id).collect::<Vec<_>>(),
-        vec![4]
+        vec![7]
     );
-    assert_eq!(fragment_ids(&deleter), vec![4]);
+    assert_eq!(fragment_ids(&deleter), vec![7]);
     assert_eq!(
         scan_ids(&deleter).await,
         expected_after("id < 30 OR id = 31").await
@@ -182,7 +182,7 @@ async fn delete_whose_rows_the_compaction_already_dropped_changes_nothing() {
         }
     );
     assert_eq!(scan_ids(&deleter).await, expected_after("id = 3").await);
-    assert_eq!(deletion_counts(&deleter), vec![(5, 0), (3, 0), (4, 0)]);
+    assert_eq!(deletion_counts(&deleter), vec![(5, 0), (6, 0), (7, 0)]);
 }
 
 #[tokio::test]
@@ -190,7 +190,8 @@ async fn delete_is_chained_through_two_successive_compactions() {
     let location = location(Backend::Memory);
     let base = create_with_rows(&location.uri, 40, 10).await;
     let mut deleter = base.clone();
-    // v3: 1, 2 -> 5. v4: another delete. v5: 5, 3 -> 6 (without row 7).
+    // v3: 1, 2 -> 5 (3, 4 relabelled 6, 7). v4: another delete.
+    // v5: 5, 6 -> 8 (without row 7), 7 relabelled 9.
     let first = base
         .commit(compaction(&base, &[1, 2], 20).await)
         .await
@@ -198,18 +199,18 @@ async fn delete_is_chained_through_two_successive_compactions() {
     let mut other = first.clone();
     other.delete("id = 7 OR id = 31").await.unwrap();
     let second = other
-        .commit(compaction(&other, &[5, 3], 30).await)
+        .commit(compaction(&other, &[5, 6], 30).await)
         .await
         .unwrap();
-    assert_eq!(fragment_ids(&second), vec![6, 4]);
+    assert_eq!(fragment_ids(&second), vec![8, 9]);
     let result = deleter.delete("id % 3 = 0 OR id = 35").await.unwrap();
     assert_eq!(result.rows_deleted, 15);
     assert_eq!(deleter.version(), 6);
     let expected = expected_after("id % 3 = 0 OR id = 35 OR id = 7 OR id = 31").await;
     assert_eq!(scan_ids(&deleter).await, expected);
-    // Fragment 6 (ids 0..30 but 7): the 10 multiples of 3 below 30.
-    // Fragment 4: 30, 33, 35, 36, 39 and the other delete's 31.
-    assert_eq!(deletion_counts(&deleter), vec![(6, 10), (4, 6)]);
+    // Fragment 8 (ids 0..30 but 7): the 10 multiples of 3 below 30.
+    // Fragment 9: 30, 33, 35, 36, 39 and the other delete's 31.
+    assert_eq!(deletion_counts(&deleter), vec![(8, 10), (9, 6)]);
 }
 
 #[tokio::test]
@@ -228,12 +229,13 @@ async fn delete_racing_a_compaction_elsewhere_is_applied_as_written() {
         panic!("a Delete was committed");
     };
     let ids: Vec<u64> = updated_fragments.iter().map(|f| f.id).collect();
-    assert_eq!(ids, vec![3, 4]);
+    // Relabelled by the compaction; the deletes followed them.
+    assert_eq!(ids, vec![6, 7]);
     assert_eq!(
         scan_ids(&deleter).await,
         expected_after("id = 25 OR id = 36").await
     );
-    assert_eq!(deletion_counts(&deleter), vec![(5, 0), (3, 1), (4, 1)]);
+    assert_eq!(deletion_counts(&deleter), vec![(5, 0), (6, 1), (7, 1)]);
 }
 
 #[tokio::test]
