@@ -29,7 +29,8 @@ async fn overlapping_deferred_rewrites_conflict_for_the_second() {
         .await
         .unwrap_err();
     assert!(err.is_retryable_conflict(), "{err}");
-    assert_eq!(ledger_of(&committed).await.unwrap().transitions().len(), 1);
+    // The first's group and the run 3..=6 it relabelled; nothing of the second.
+    assert_eq!(ledger_of(&committed).await.unwrap().transitions().len(), 2);
     assert_eq!(dataset.latest_version().await.unwrap(), committed.version());
 }
 
@@ -37,8 +38,10 @@ async fn overlapping_deferred_rewrites_conflict_for_the_second() {
 async fn disjoint_deferred_rewrites_both_land_in_the_ledger() {
     let dataset = indexed("disjoint").await;
     let hook = deferred_remap_hook();
-    let first = plan_rewrite(&dataset, &[vec![1, 2]], 1).await;
-    let second = plan_rewrite(&dataset, &[vec![4, 5]], 1).await;
+    // The later run first: committing it relabels only fragment 6, which
+    // the second does not name.
+    let first = plan_rewrite(&dataset, &[vec![4, 5]], 1).await;
+    let second = plan_rewrite(&dataset, &[vec![1, 2]], 1).await;
     commit_rewrite(&dataset, first, Some(hook.as_ref()))
         .await
         .unwrap();
@@ -52,7 +55,8 @@ async fn disjoint_deferred_rewrites_both_land_in_the_ledger() {
         .iter()
         .map(|t| t.sources().iter().map(|d| d.id).collect())
         .collect();
-    assert_eq!(sources, vec![vec![1, 2], vec![4, 5]]);
+    // v: 4, 5 -> 7 and 6 relabelled 8; then 1, 2 -> 9 and 3, 7, 8 relabelled.
+    assert_eq!(sources, vec![vec![4, 5], vec![6], vec![1, 2], vec![3, 7, 8]]);
     assert_eq!(scan_ids(&latest).await, (0..600).collect::<Vec<_>>());
 }
 
@@ -64,8 +68,10 @@ async fn rewrite_after_a_concurrent_trim_is_rebased_and_keeps_its_transition() {
     let with_first = commit_rewrite(&dataset, first, Some(hook.as_ref()))
         .await
         .unwrap();
-    // Planned at `with_first`, committed after a trim lands.
-    let second = plan_rewrite(&with_first, &[vec![4, 5]], 1).await;
+    // Planned at `with_first` (fragments 4 and 5, relabelled), committed
+    // after a trim lands.
+    let renamed = ids_at(&with_first, 2..4);
+    let second = plan_rewrite(&with_first, &[renamed.clone()], 1).await;
     let (entry, ledger) = load_ledger(&with_first).await.unwrap().unwrap();
     let trimmed_away = *ledger.transitions()[0].fingerprint();
     let mut trimmed = ledger.clone();
@@ -85,12 +91,20 @@ async fn rewrite_after_a_concurrent_trim_is_rebased_and_keeps_its_transition() {
         .unwrap();
     assert_eq!(latest.version(), after_trim.version() + 1);
     let ledger = ledger_of(&latest).await.unwrap();
-    assert_eq!(ledger.transitions().len(), 1, "the trim is kept");
-    let survivor = &ledger.transitions()[0];
-    assert_ne!(*survivor.fingerprint(), trimmed_away);
+    let sources: Vec<Vec<u64>> = ledger
+        .transitions()
+        .iter()
+        .map(|t| t.sources().iter().map(|d| d.id).collect())
+        .collect();
+    // The trim is kept (the first group is gone; its relabel run stays) and
+    // the second commit adds its group and the run it relabelled.
+    assert!(ledger
+        .transitions()
+        .iter()
+        .all(|t| *t.fingerprint() != trimmed_away));
     assert_eq!(
-        survivor.sources().iter().map(|d| d.id).collect::<Vec<_>>(),
-        vec![4, 5]
+        sources,
+        vec![vec![3, 4, 5, 6], renamed, ids_at(&with_first, 4..5)]
     );
     assert_ne!(fri_uuid(latest.manifest()), fri_uuid(after_trim.manifest()));
 }
@@ -104,7 +118,7 @@ async fn trim_after_a_concurrent_rewrite_is_a_retryable_conflict() {
         .await
         .unwrap();
     let (entry, ledger) = load_ledger(&with_first).await.unwrap().unwrap();
-    let second = plan_rewrite(&with_first, &[vec![4, 5]], 1).await;
+    let second = plan_rewrite(&with_first, &[ids_at(&with_first, 2..4)], 1).await;
     commit_rewrite(&with_first, second, Some(hook.as_ref()))
         .await
         .unwrap();

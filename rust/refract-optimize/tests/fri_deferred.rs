@@ -104,7 +104,7 @@ async fn deferred_compaction_records_every_group_and_translates_like_its_remap()
     // Only the first group is covered; the second is recorded too.
     let index = add_user_index(&mut dataset, "by_id", &[1, 2]).await;
     let read = dataset.clone();
-    let before: HashMap<u64, i64> = addressed_ids(&read, &[1, 2, 3, 5, 6])
+    let before: HashMap<u64, i64> = addressed_ids(&read, &[1, 2, 3, 4, 5, 6, 7, 8])
         .await
         .into_iter()
         .collect();
@@ -120,7 +120,8 @@ async fn deferred_compaction_records_every_group_and_translates_like_its_remap()
         FLAG_FRAGMENT_REUSE_INDEX
     );
     let ledger = ledger_of(&committed).await.unwrap();
-    assert_eq!(ledger.transitions().len(), 2);
+    // The two groups, then the two runs they relabelled (4; 7 and 8).
+    assert_eq!(ledger.transitions().len(), 4);
     let first = &ledger.transitions()[0];
     assert_eq!(
         first.sources(),
@@ -138,13 +139,25 @@ async fn deferred_compaction_records_every_group_and_translates_like_its_remap()
         .flat_map(|t| t.destinations().iter().map(|d| d.id))
         .collect();
     let committed_ids = fragment_ids(&committed);
-    assert_eq!(committed_ids, vec![9, 10, 4, 11, 12, 7, 8]);
-    assert_eq!(dest_ids, vec![9, 10, 11, 12]);
+    assert_eq!(committed_ids, vec![9, 10, 11, 12, 13, 14, 15]);
+    assert_eq!(dest_ids, vec![9, 10, 12, 13, 11, 14, 15]);
     assert_eq!(
         ledger.transitions()[1].sources(),
         &[
             FragmentDigest::new(5, 100, 0),
             FragmentDigest::new(6, 100, 1)
+        ]
+    );
+    // A relabel moves every physical row: its sources count none as deleted.
+    assert_eq!(
+        ledger.transitions()[2].sources(),
+        &[FragmentDigest::new(4, 100, 0)]
+    );
+    assert_eq!(
+        ledger.transitions()[3].sources(),
+        &[
+            FragmentDigest::new(7, 100, 0),
+            FragmentDigest::new(8, 100, 0)
         ]
     );
 
@@ -199,16 +212,18 @@ async fn history_coverage_alone_records_a_transition() {
     let once = commit_rewrite(&dataset, groups, Some(hook.as_ref()))
         .await
         .unwrap();
-    assert_eq!(fragment_ids(&once), vec![7, 3, 4, 5, 6]);
-    let groups = plan_rewrite(&once, &[vec![7, 3]], 1).await;
+    // 3..=6 follow the new fragment relabelled.
+    assert_eq!(fragment_ids(&once), vec![7, 8, 9, 10, 11]);
+    let groups = plan_rewrite(&once, &[vec![7, 8]], 1).await;
     let twice = commit_rewrite(&once, groups, Some(hook.as_ref()))
         .await
         .unwrap();
     let ledger = ledger_of(&twice).await.unwrap();
-    assert_eq!(ledger.transitions().len(), 2);
+    // Each commit: its group and the run it relabelled.
+    assert_eq!(ledger.transitions().len(), 4);
     assert_eq!(
         ledger.lineage().consumer_of(7).unwrap().destinations()[0].id,
-        8
+        12
     );
 }
 
@@ -222,7 +237,8 @@ async fn legacy_history_is_lifted_byte_for_byte_by_the_first_tagged_commit() {
     let v1 = commit_rewrite(&dataset, groups, Some(legacy.as_ref()))
         .await
         .unwrap();
-    let groups = plan_rewrite(&v1, &[vec![5, 6]], 1).await;
+    // Fragments 5 and 6, relabelled by v1.
+    let groups = plan_rewrite(&v1, &[ids_at(&v1, 2..4)], 1).await;
     let v2 = commit_rewrite(&v1, groups, Some(legacy.as_ref()))
         .await
         .unwrap();
@@ -240,7 +256,7 @@ async fn legacy_history_is_lifted_byte_for_byte_by_the_first_tagged_commit() {
 
     // The first tagged commit.
     let tagged = deferred_remap_hook();
-    let groups = plan_rewrite(&v2, &[vec![7, 8]], 1).await;
+    let groups = plan_rewrite(&v2, &[ids_at(&v2, 3..5)], 1).await;
     let v3 = commit_rewrite(&v2, groups, Some(tagged.as_ref()))
         .await
         .unwrap();

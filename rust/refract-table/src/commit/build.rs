@@ -182,9 +182,10 @@ fn apply_delete(next: &mut Manifest, updated: &[Fragment], removed: &[u64]) -> R
 /// every pylance commit re-sorts it). New fragments take ids above the
 /// high-water mark, so when `relabel` is set every fragment after the first
 /// replaced run is *relabelled*: it keeps its data and deletion files under a
-/// fresh id, recorded as an extra group with one source, one destination and
-/// every physical row surviving (an identity remap), so indices and the FRI
-/// move its rows like any rewritten row. Ids are handed out in list order.
+/// fresh id. Each run of relabelled fragments is recorded as an extra group,
+/// after the given ones, with every physical row surviving (an identity
+/// remap), so indices and the FRI move its rows like any rewritten row (one
+/// FRI transition per run, not per fragment). Ids are handed out in list order.
 fn apply_rewrite(
     next: &mut Manifest,
     groups: &[RewriteGroup],
@@ -237,14 +238,16 @@ fn apply_rewrite(
     runs.sort_unstable();
     let mut applied: Vec<RewriteGroup> = groups.to_vec();
     let mut group_ids: Vec<Vec<u64>> = vec![Vec::new(); groups.len()];
-    let mut relabels = Vec::new();
+    // Maximal runs of relabelled fragments, one group each: (old, relabelled).
+    let mut relabels: Vec<Vec<(Fragment, Fragment)>> = Vec::new();
     let old = std::mem::take(&mut next.fragments);
     let mut kept = old.into_iter().enumerate().peekable();
     let mut replaced_any = false;
     let mut keep = |fragment: Fragment,
                     replaced_any: bool,
                     ids: &mut IdAllocator,
-                    out: &mut Vec<Fragment>|
+                    out: &mut Vec<Fragment>,
+                    relabels: &mut Vec<Vec<(Fragment, Fragment)>>|
      -> Result<()> {
         if !(relabel && replaced_any) {
             out.push(fragment);
@@ -254,13 +257,17 @@ fn apply_rewrite(
             id: ids.next()?,
             ..fragment.clone()
         };
-        relabels.push(relabel_group(&fragment, relabelled.clone())?);
-        out.push(relabelled);
+        out.push(relabelled.clone());
+        // Run boundaries were pushed as empty runs (see below).
+        match relabels.last_mut() {
+            Some(run) => run.push((fragment, relabelled)),
+            None => relabels.push(vec![(fragment, relabelled)]),
+        }
         Ok(())
     };
     for (start, end, group) in runs {
         while let Some((_, fragment)) = kept.next_if(|(at, _)| *at < start) {
-            keep(fragment, replaced_any, ids, &mut next.fragments)?;
+            keep(fragment, replaced_any, ids, &mut next.fragments, &mut relabels)?;
         }
         while kept.next_if(|(at, _)| *at < end).is_some() {}
         let new_fragments = ids.assign(&groups[group].new_fragments)?;
@@ -268,35 +275,41 @@ fn apply_rewrite(
         next.fragments.extend(new_fragments.iter().cloned());
         applied[group].new_fragments = new_fragments;
         replaced_any = true;
+        relabels.push(Vec::new());
     }
     for (_, fragment) in kept {
-        keep(fragment, replaced_any, ids, &mut next.fragments)?;
+        keep(fragment, replaced_any, ids, &mut next.fragments, &mut relabels)?;
     }
     assigned.extend(group_ids);
-    for group in relabels {
+    for run in relabels.into_iter().filter(|run| !run.is_empty()) {
+        let group = relabel_group(run)?;
         assigned.push(group.new_fragments.iter().map(|f| f.id).collect());
         applied.push(group);
     }
     Ok(applied)
 }
 
-/// The group recording that `old` now lives on as `relabelled` (same files,
-/// same deletions, offsets unchanged): every physical row survives, so the
-/// ordered-compaction remap of the group is the identity on offsets and a row
-/// deleted in `old` maps to the same, still deleted, offset.
-fn relabel_group(old: &Fragment, relabelled: Fragment) -> Result<RewriteGroup> {
-    // Manifest fragment ids are below 2^32 (checked on decode and on
-    // assignment), so the shift cannot overflow.
-    let first = old.id << 32;
+/// The group recording that each `(old, relabelled)` fragment of a run lives
+/// on under its new id (same files, same deletions, offsets unchanged): every
+/// physical row survives, so the ordered-compaction remap of the group is the
+/// identity on offsets and a row deleted in `old` maps to the same, still
+/// deleted, offset.
+fn relabel_group(run: Vec<(Fragment, Fragment)>) -> Result<RewriteGroup> {
     let mut surviving = RoaringTreemap::new();
-    surviving.insert_range(first..first + old.physical_rows);
+    for (old, _) in &run {
+        // Manifest fragment ids are below 2^32 (checked on decode and on
+        // assignment), so the shift cannot overflow.
+        let first = old.id << 32;
+        surviving.insert_range(first..first + old.physical_rows);
+    }
     let mut bytes = Vec::with_capacity(surviving.serialized_size());
     surviving
         .serialize_into(&mut bytes)
         .map_err(|e| Error::invalid_input(format!("serializing relabelled rows: {e}")))?;
+    let (old, relabelled): (Vec<_>, Vec<_>) = run.into_iter().unzip();
     Ok(RewriteGroup {
-        old_fragment_ids: vec![old.id],
-        new_fragments: vec![relabelled],
+        old_fragment_ids: old.iter().map(|fragment| fragment.id).collect(),
+        new_fragments: relabelled,
         surviving_old_addresses: Some(bytes),
     })
 }
