@@ -20,12 +20,13 @@ use support::*;
 
 const FRI: u64 = FLAG_FRAGMENT_REUSE_INDEX;
 
-/// Fragments 1..=6 of 100 rows, an index covering 1..=4, and a deferred
-/// compaction of [1, 2] (so the table is tagged and fragment 7 is in the history).
+/// Fragments 1..=6 of 100 rows, an index covering 3..=6, and a deferred
+/// compaction of the tail [5, 6] (so the table is tagged, fragment 7 is in
+/// the history and no fragment was relabelled): fragments 1, 2, 3, 4, 7.
 async fn tagged_table(name: &str) -> Dataset {
     let mut dataset = dataset_with_rows(name, 600, 100).await;
-    add_user_index(&mut dataset, "by_id", &[1, 2, 3, 4]).await;
-    let groups = plan_rewrite(&dataset, &[vec![1, 2]], 1).await;
+    add_user_index(&mut dataset, "by_id", &[3, 4, 5, 6]).await;
+    let groups = plan_rewrite(&dataset, &[vec![5, 6]], 1).await;
     let hook = deferred_remap_hook();
     commit_rewrite(&dataset, groups, Some(hook.as_ref()))
         .await
@@ -234,10 +235,22 @@ async fn user_index_maintenance_passes() {
     assert_eq!(replaced.manifest().indices.len(), 3);
 }
 
+/// Appends two fragments of 100 rows no segment and no history covers, at
+/// the tail (so rewriting them relabels nothing); returns their ids.
+async fn append_uncovered(dataset: &mut Dataset) -> Vec<u64> {
+    dataset
+        .append(vec![rows(600, 200)], &write_options(100))
+        .await
+        .unwrap();
+    let ids = fragment_ids(dataset);
+    ids[ids.len() - 2..].to_vec()
+}
+
 #[tokio::test]
 async fn rewrite_with_transition_passes() {
     let dataset = tagged_table("appends").await;
-    let groups = plan_rewrite(&dataset, &[vec![3, 4]], 1).await;
+    // 4 is covered by the index, 7 by the history; the run is the tail.
+    let groups = plan_rewrite(&dataset, &[vec![4, 7]], 1).await;
     let hook = deferred_remap_hook();
     let next = commit_rewrite(&dataset, groups, Some(hook.as_ref()))
         .await
@@ -247,12 +260,13 @@ async fn rewrite_with_transition_passes() {
 
 #[tokio::test]
 async fn rewrite_of_uncovered_fragments_passes_without_transition() {
-    let dataset = tagged_table("uncovered").await;
+    let mut dataset = tagged_table("uncovered").await;
     let before = fri_uuid(dataset.manifest());
-    let groups = plan_rewrite(&dataset, &[vec![5, 6]], 1).await;
+    let appended = append_uncovered(&mut dataset).await;
+    let groups = plan_rewrite(&dataset, &[appended], 1).await;
     let next = commit_rewrite(&dataset, groups, None).await.unwrap();
     assert_eq!(fri_uuid(next.manifest()), before);
-    assert_eq!(scan_ids(&next).await, (0..600).collect::<Vec<_>>());
+    assert_eq!(scan_ids(&next).await, (0..800).collect::<Vec<_>>());
 }
 
 #[tokio::test]
@@ -272,7 +286,7 @@ async fn rewrite_of_index_covered_fragments_without_transition_is_refused() {
 async fn rewrite_of_history_covered_fragments_without_transition_is_refused() {
     let dataset = tagged_table("history").await;
     // Fragment 7 was produced by the recorded compaction; no user bitmap names it.
-    assert_eq!(fragment_ids(&dataset), vec![7, 3, 4, 5, 6]);
+    assert_eq!(fragment_ids(&dataset), vec![1, 2, 3, 4, 7]);
     let groups = plan_rewrite(&dataset, &[vec![7]], 2).await;
     let err = commit_rewrite(&dataset, groups, None).await.unwrap_err();
     assert!(is_not_supported_upgrade(&err), "{err}");
@@ -280,19 +294,24 @@ async fn rewrite_of_history_covered_fragments_without_transition_is_refused() {
 
 #[tokio::test]
 async fn inline_compaction_of_history_covered_fragments_records_a_transition() {
-    let dataset = tagged_table("preserve").await;
+    let mut dataset = tagged_table("preserve").await;
+    let appended = append_uncovered(&mut dataset).await;
     // Fragment 7 is reached only through the history; the inline path has no
-    // segment to remap, so the wrapper records the rewrite in the ledger.
-    let groups = plan_rewrite(&dataset, &[vec![7, 3]], 1).await;
+    // segment to remap, so the wrapper records the rewrite in the ledger
+    // (and the relabel of the two appended fragments after it).
+    let groups = plan_rewrite(&dataset, &[vec![7]], 1).await;
     let hook = preserve_history(None);
     let next = commit_rewrite(&dataset, groups, Some(hook.as_ref()))
         .await
         .unwrap();
     let ledger = ledger_of(&next).await.unwrap();
-    assert_eq!(ledger.transitions().len(), 2);
+    assert_eq!(ledger.transitions().len(), 3);
     assert!(ledger.lineage().consumer_of(7).is_some());
-    // Without history coverage the wrapper records nothing.
-    let groups = plan_rewrite(&next, &[vec![5, 6]], 1).await;
+    assert!(ledger.lineage().consumer_of(appended[0]).is_some());
+    // Without coverage the wrapper records nothing.
+    let mut next = next;
+    let appended = append_uncovered(&mut next).await;
+    let groups = plan_rewrite(&next, &[appended], 1).await;
     let after = commit_rewrite(&next, groups, Some(hook.as_ref()))
         .await
         .unwrap();
@@ -302,8 +321,9 @@ async fn inline_compaction_of_history_covered_fragments_records_a_transition() {
 #[tokio::test]
 async fn inline_remap_of_every_covering_segment_passes() {
     let mut dataset = tagged_table("inline").await;
-    let uuid = add_user_index(&mut dataset, "by_name", &[5, 6]).await;
-    let groups = plan_rewrite(&dataset, &[vec![5, 6]], 1).await;
+    let appended = append_uncovered(&mut dataset).await;
+    let uuid = add_user_index(&mut dataset, "by_name", &appended).await;
+    let groups = plan_rewrite(&dataset, &[appended], 1).await;
     let remapped = user_segment("by_name", &[], dataset.version());
     let txn = Transaction::new(
         dataset.version(),
@@ -316,8 +336,9 @@ async fn inline_remap_of_every_covering_segment_passes() {
     dataset.commit_transaction(txn, None).await.unwrap();
     // Without the remap the same rewrite is refused.
     let mut again = tagged_table("inline2").await;
-    add_user_index(&mut again, "by_name", &[5, 6]).await;
-    let groups = plan_rewrite(&again, &[vec![5, 6]], 1).await;
+    let appended = append_uncovered(&mut again).await;
+    add_user_index(&mut again, "by_name", &appended).await;
+    let groups = plan_rewrite(&again, &[appended], 1).await;
     let err = commit_rewrite(&again, groups, None).await.unwrap_err();
     assert!(is_not_supported_upgrade(&err), "{err}");
 }
