@@ -232,7 +232,7 @@ async fn excluded_fragments_break_bins_and_stay_put() {
             break;
         }
         // The first commit compacts the run before it, relabelling it.
-        options.excluded_fragment_ids = refract_optimize::follow_fragment_ids(
+        options.excluded_fragment_ids = refract_optimize::compaction::follow_fragment_ids(
             before.manifest(),
             dataset.manifest(),
             &options.excluded_fragment_ids,

@@ -252,25 +252,27 @@ async fn partition_of_compacted_fragments_extends_the_chain() {
     let compacted = commit_rewrite(&before, groups, Some(hook.as_ref()))
         .await
         .unwrap();
+    // 4 follows the new fragment, relabelled.
     let produced = compacted.fragments()[1].id;
+    let relabelled = compacted.fragments()[2].id;
     let mut after = compacted.clone();
     let metrics = partition_fragments(
         &mut after,
-        options(range(vec![1, 3]), Some(vec![produced, 4])),
+        options(range(vec![1, 3]), Some(vec![produced, relabelled])),
     )
     .await
     .unwrap();
     check_partition(
         &compacted,
         &after,
-        &[produced, 4],
+        &[produced, relabelled],
         &metrics,
         Some(&label_1_3),
         true,
     )
     .await;
     let ledger = ledger_of(&after).await.unwrap();
-    assert_eq!(ledger.transitions().len(), 2);
+    assert_eq!(ledger.transitions().len(), 3, "compaction, relabel, partition");
     assert_eq!(
         ledger
             .lineage()

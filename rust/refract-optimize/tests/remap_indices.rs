@@ -46,9 +46,10 @@ async fn mixed_chain(name: &str) -> Dataset {
     let mut dataset = indexed_table(name, 600, 100).await;
     dataset.delete("id >= 100 AND id < 130").await.unwrap();
     dataset = deferred_rewrite(&dataset, &[vec![1, 2], vec![3, 4]], 1).await;
-    assert_eq!(fri::fragment_ids(&dataset), vec![7, 8, 5, 6]);
-    partition(&mut dataset, Some(vec![8, 5, 6]), 3).await;
-    assert_eq!(fri::fragment_ids(&dataset), vec![7, 9, 10, 11]);
+    // 5 and 6 follow the rewritten runs, relabelled 9 and 10.
+    assert_eq!(fri::fragment_ids(&dataset), vec![7, 8, 9, 10]);
+    partition(&mut dataset, Some(vec![8, 9, 10]), 3).await;
+    assert_eq!(fri::fragment_ids(&dataset), vec![7, 11, 12, 13]);
     dataset
 }
 
@@ -89,8 +90,8 @@ async fn mixed_chain_remaps_every_type_onto_live_addresses() {
         assert!(
             matches!(
                 &line.status,
-                SegmentStatus::Remapped { new_uuid, coverage, transitions: 3, provenance_recovered: false }
-                    if *new_uuid == seg.uuid && *coverage == vec![7, 9, 10, 11]
+                SegmentStatus::Remapped { new_uuid, coverage, transitions: 4, provenance_recovered: false }
+                    if *new_uuid == seg.uuid && *coverage == vec![7, 11, 12, 13]
             ),
             "{line:?}"
         );
@@ -150,10 +151,11 @@ async fn partial_coverage_is_left_translating() {
 async fn withdrawn_rows_are_dropped_from_the_new_files() {
     let mut dataset = indexed_table("withdrawn", 600, 100).await;
     dataset = deferred_rewrite(&dataset, &[vec![1, 2], vec![3, 4]], 1).await;
-    // Fragment 8 loses every row (withdrawn), fragment 7 one row.
+    // Fragment 8 loses every row (withdrawn), fragment 7 one row; 5 and 6
+    // were relabelled 9 and 10.
     dataset.delete("id >= 200 AND id < 400").await.unwrap();
     dataset.delete("id = 5").await.unwrap();
-    assert_eq!(fri::fragment_ids(&dataset), vec![7, 5, 6]);
+    assert_eq!(fri::fragment_ids(&dataset), vec![7, 9, 10]);
     let report = remap_indices(&mut dataset, RemapOptions::default())
         .await
         .unwrap();
@@ -163,10 +165,10 @@ async fn withdrawn_rows_are_dropped_from_the_new_files() {
         let seg = &segments(&dataset, name)[0];
         assert_eq!(
             seg.fragment_bitmap,
-            Some([5u32, 6, 7].into_iter().collect())
+            Some([7u32, 9, 10].into_iter().collect())
         );
         let stored = stored_addresses(&dataset, &builtins(), seg).await;
-        assert_eq!(fragments_of(&stored), vec![5, 6, 7], "{name}");
+        assert_eq!(fragments_of(&stored), vec![7, 9, 10], "{name}");
         // The row deleted after the rewrite stays indexed (queries filter it).
         assert_eq!(stored.len(), live.len() + 1, "{name}");
         assert!(live.is_subset(&stored));
@@ -181,10 +183,11 @@ async fn legacy_projection_recovers_its_source_provenance() {
     dataset = add_index(&dataset, "by_id", "id", "btree").await;
     dataset = legacy_rewrite(&dataset, &[vec![1, 2]], 1).await;
     // A legacy writer persisted the load-time projected bitmap: it names the
-    // destination 7 while the files still hold fragment 1 and 2 addresses.
+    // destinations (7, and 8..=11 relabelled from 3..=6) while the files
+    // still hold the old addresses.
     let original = segments(&dataset, "by_id").remove(0);
     let projected = IndexMetadata {
-        fragment_bitmap: Some([3u32, 4, 5, 6, 7].into_iter().collect()),
+        fragment_bitmap: Some([7u32, 8, 9, 10, 11].into_iter().collect()),
         ..original.clone()
     };
     dataset = dataset
@@ -195,7 +198,8 @@ async fn legacy_projection_recovers_its_source_provenance() {
         .await
         .unwrap();
     // The first tagged commit lifts the legacy history to version 1.
-    partition(&mut dataset, Some(vec![5, 6]), 2).await;
+    let tail = fri::ids_at(&dataset, 3..5);
+    partition(&mut dataset, Some(tail), 2).await;
     assert_ne!(
         dataset.manifest().writer_flags & FLAG_FRAGMENT_REUSE_INDEX,
         0
@@ -261,7 +265,8 @@ async fn plugin_fallback_is_budgeted(#[case] budget_bytes: u64, #[case] declined
     let mut dataset = dataset_with_rows("plugin", 400, 100).await;
     dataset = add_legacy_index(&dataset, "legacy").await;
     dataset = deferred_rewrite(&dataset, &[vec![1, 2, 3]], 1).await;
-    partition(&mut dataset, Some(vec![5, 4]), 2).await;
+    // 5, then 4 relabelled 6.
+    partition(&mut dataset, Some(vec![5, 6]), 2).await;
     let options = RemapOptions {
         budget_bytes,
         registry: legacy_registry(),
@@ -277,7 +282,7 @@ async fn plugin_fallback_is_budgeted(#[case] budget_bytes: u64, #[case] declined
         assert_eq!(report.committed_version, None);
         let trim = trim_fri(&mut dataset).await.unwrap();
         assert_eq!(
-            trim.transitions_kept, 2,
+            trim.transitions_kept, 3,
             "the skipped segment keeps its history"
         );
     } else {
@@ -329,7 +334,7 @@ async fn names_select_indices_and_unknown_names_are_not_found() {
     assert_eq!(report.remapped(), 1);
     // The others still translate, so the history stays.
     let trim = trim_fri(&mut dataset).await.unwrap();
-    assert_eq!(trim.transitions_kept, 3, "{trim:?}");
+    assert_eq!(trim.transitions_kept, 4, "{trim:?}");
     assert_queries_match(&dataset, builtins()).await;
     let missing = RemapOptions {
         names: Some(vec!["nope".to_string()]),

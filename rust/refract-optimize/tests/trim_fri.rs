@@ -42,16 +42,18 @@ fn map_id(mapping: &Mapping) -> Option<uuid::Uuid> {
 async fn unneeded_transitions_go_and_survivors_stay_byte_exact() {
     let mut dataset = dataset_with_rows("retain", 400, 100).await;
     dataset = add_index(&dataset, "by_id", "id", "btree").await;
+    // Fragments 1..=4 indexed. A compaction of the tail the index translates
+    // through (3, 4 into 5; nothing after it to relabel), then 6 and 7
+    // appended unindexed, a partition of them, and a second partition the
+    // index needs.
+    dataset = deferred_rewrite(&dataset, &[vec![3, 4]], 1).await;
     dataset
         .append(vec![rows(400, 200)], &write_options(100))
         .await
         .unwrap();
-    // Fragments 1..=4 indexed, 5 and 6 not. A compaction the index
-    // translates through, and a partition of unindexed fragments plus a
-    // second one the index needs.
-    dataset = deferred_rewrite(&dataset, &[vec![1, 2]], 1).await;
-    partition(&mut dataset, Some(vec![5, 6]), 2).await;
-    partition(&mut dataset, Some(vec![7, 3]), 2).await;
+    assert_eq!(fri::fragment_ids(&dataset), vec![1, 2, 5, 6, 7]);
+    partition(&mut dataset, Some(vec![6, 7]), 2).await;
+    partition(&mut dataset, Some(vec![2, 5]), 2).await;
     let before = ledger(&dataset).await.unwrap();
     assert_eq!(before.transitions().len(), 3);
     let unneeded = before.transitions()[1].clone();
@@ -147,13 +149,15 @@ async fn a_lost_race_is_derived_again_and_keeps_the_new_transition() {
         .unwrap();
     let mut stale = dataset.clone();
     // A deferred compaction the (remapped) index translates through lands first.
-    let latest = deferred_rewrite(&dataset, &[vec![3, 4]], 1).await;
-    let fresh = ledger(&latest).await.unwrap().transitions()[1].clone();
+    // (Fragments 3 and 4, relabelled by the first rewrite.)
+    let latest = deferred_rewrite(&dataset, &[fri::ids_at(&dataset, 1..3)], 1).await;
+    // Its group and the run it relabelled.
+    let fresh = ledger(&latest).await.unwrap().transitions()[2..].to_vec();
     let report = trim_fri(&mut stale).await.unwrap();
     assert!(report.committed_version.is_some(), "{report:?}");
     assert!(!report.fri_removed);
     let after = ledger(&stale).await.unwrap();
-    assert_eq!(after.transitions(), &[fresh]);
+    assert_eq!(after.transitions(), fresh.as_slice());
     assert_queries_match(&stale, builtins()).await;
 }
 

@@ -45,7 +45,7 @@ pub struct CompactionOptions {
     /// Ids name fragments of the version planned: a commit that replaces a run
     /// before one relabels it (same files, a higher id, as Lance keeps the
     /// list sorted by id), so carry the ids to the next run with
-    /// [`follow_fragment_ids`](crate::follow_fragment_ids).
+    /// [`follow_fragment_ids`](crate::compaction::follow_fragment_ids).
     pub excluded_fragment_ids: Vec<u64>,
     /// Join runs of fragments without deletions by copying their encoded
     /// pages instead of decoding and re-encoding the rows (executor only; the

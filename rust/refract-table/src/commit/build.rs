@@ -242,14 +242,15 @@ fn apply_rewrite(
     let mut relabels: Vec<Vec<(Fragment, Fragment)>> = Vec::new();
     let old = std::mem::take(&mut next.fragments);
     let mut kept = old.into_iter().enumerate().peekable();
-    let mut replaced_any = false;
-    let mut keep = |fragment: Fragment,
-                    replaced_any: bool,
-                    ids: &mut IdAllocator,
-                    out: &mut Vec<Fragment>,
-                    relabels: &mut Vec<Vec<(Fragment, Fragment)>>|
+    // A kept fragment is relabelled only when an id at or above its own is
+    // already listed (a replaced run with outputs before it).
+    let keep = |fragment: Fragment,
+                ids: &mut IdAllocator,
+                out: &mut Vec<Fragment>,
+                relabels: &mut Vec<Vec<(Fragment, Fragment)>>|
      -> Result<()> {
-        if !(relabel && replaced_any) {
+        let sorted = out.last().is_none_or(|last| last.id < fragment.id);
+        if !relabel || sorted {
             out.push(fragment);
             return Ok(());
         }
@@ -267,18 +268,17 @@ fn apply_rewrite(
     };
     for (start, end, group) in runs {
         while let Some((_, fragment)) = kept.next_if(|(at, _)| *at < start) {
-            keep(fragment, replaced_any, ids, &mut next.fragments, &mut relabels)?;
+            keep(fragment, ids, &mut next.fragments, &mut relabels)?;
         }
         while kept.next_if(|(at, _)| *at < end).is_some() {}
         let new_fragments = ids.assign(&groups[group].new_fragments)?;
         group_ids[group] = new_fragments.iter().map(|fragment| fragment.id).collect();
         next.fragments.extend(new_fragments.iter().cloned());
         applied[group].new_fragments = new_fragments;
-        replaced_any = true;
         relabels.push(Vec::new());
     }
     for (_, fragment) in kept {
-        keep(fragment, replaced_any, ids, &mut next.fragments, &mut relabels)?;
+        keep(fragment, ids, &mut next.fragments, &mut relabels)?;
     }
     assigned.extend(group_ids);
     for run in relabels.into_iter().filter(|run| !run.is_empty()) {
