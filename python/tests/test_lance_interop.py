@@ -147,9 +147,8 @@ def test_pylance_append_races_refract_compaction(location):
             outcomes.append((append.result(), compact.result()))
             expected = sorted([i for i in range(50) if i % 4] + list(range(1000, 1010)))
             theirs = pylance(trial_uri, options)
-            # No validate() here: an order-keeping compaction under a racing
-            # append leaves fragment ids out of order (see the xfail below).
             assert sorted(theirs.to_table().column("id").to_pylist()) == expected, outcomes[-1]
+            theirs.validate()
             ours = refract.dataset(trial_uri, storage_options=options)
             assert sorted(ours.to_table().column("id").to_pylist()) == expected
             # A table in either state compacts to completion afterwards.
@@ -158,12 +157,6 @@ def test_pylance_append_races_refract_compaction(location):
     assert all(append == "appended" for append, _ in outcomes)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pylance's validate() requires fragment ids in list order; Refract's "
-    "order-keeping compaction of a run that is not the table's tail places a "
-    "new (higher) id before older ones",
-)
 def test_partial_compaction_passes_pylance_validate(uri):
     lance.write_dataset(numbered(0, 10), uri)
     lance.write_dataset(numbered(10, 20), uri, mode="append")
@@ -172,3 +165,23 @@ def test_partial_compaction_passes_pylance_validate(uri):
     theirs = pylance(uri, None)
     assert theirs.to_table().column("id").to_pylist() == list(range(2000))
     theirs.validate()
+
+
+def test_partial_compaction_keeps_order_through_pylance_commits(location):
+    """The fragment after the compacted run is relabelled (deletion file and
+    all), so pylance's next commit, which sorts by id, moves no row."""
+    uri, options = location
+    lance.write_dataset(numbered(0, 10), uri, **lance_opts(options))
+    lance.write_dataset(numbered(10, 20), uri, mode="append", **lance_opts(options))
+    lance.write_dataset(numbered(20, 2000), uri, mode="append", **lance_opts(options))
+    pylance(uri, options).delete("id = 1500")
+    refract.dataset(uri, storage_options=options).optimize.compact_files(target_rows_per_fragment=1000)
+    theirs = pylance(uri, options)
+    ids = [fragment.fragment_id for fragment in theirs.get_fragments()]
+    assert len(ids) == 2 and ids == sorted(ids)
+    theirs.validate()
+    lance.write_dataset(numbered(2000, 2010), uri, mode="append", **lance_opts(options))
+    want = [i for i in range(2010) if i != 1500]
+    assert pylance(uri, options).to_table().column("id").to_pylist() == want
+    assert refract.dataset(uri, storage_options=options).to_table().column("id").to_pylist() == want
+    pylance(uri, options).validate()

@@ -153,15 +153,46 @@ impl CommitHook for RemapHook {
             .zip(&self.new_rows)
             .map(|(id, rows)| FragmentRows::new(*id, *rows))
             .collect();
-        let remap = RowAddrRemap::compact(vec![RewriteGroupInput {
+        let mut inputs = vec![RewriteGroupInput {
             old_fragments: self.old.clone(),
             new_fragments,
             surviving: self.surviving.clone(),
-        }])?;
-        let groups = vec![RewrittenGroup {
+        }];
+        let mut groups = vec![RewrittenGroup {
             old_fragment_ids: self.old.iter().map(|f| f.id).collect(),
             new_fragment_ids: new_ids,
         }];
+        // The fragments the commit relabelled after the run move too.
+        let Some(Operation::Rewrite { groups: applied, .. }) =
+            candidate.transaction.as_ref().map(|txn| &txn.operation)
+        else {
+            panic!("a rewrite commit");
+        };
+        for (relabel, ids) in applied.iter().zip(assigned).skip(1) {
+            let rows = |id: &u64| dataset.manifest().fragment(*id).unwrap().physical_rows;
+            inputs.push(RewriteGroupInput {
+                old_fragments: relabel
+                    .old_fragment_ids
+                    .iter()
+                    .map(|id| FragmentRows::new(*id, rows(id)))
+                    .collect(),
+                new_fragments: relabel
+                    .old_fragment_ids
+                    .iter()
+                    .zip(ids)
+                    .map(|(old, new)| FragmentRows::new(*new, rows(old)))
+                    .collect(),
+                surviving: RoaringTreemap::deserialize_from(
+                    relabel.surviving_old_addresses.as_deref().unwrap(),
+                )
+                .unwrap(),
+            });
+            groups.push(RewrittenGroup {
+                old_fragment_ids: relabel.old_fragment_ids.clone(),
+                new_fragment_ids: ids.clone(),
+            });
+        }
+        let remap = RowAddrRemap::compact(inputs)?;
         let rewrite = remap_indices_for_rewrite(
             dataset,
             candidate,
