@@ -56,7 +56,10 @@ async fn disjoint_deferred_rewrites_both_land_in_the_ledger() {
         .map(|t| t.sources().iter().map(|d| d.id).collect())
         .collect();
     // v: 4, 5 -> 7 and 6 relabelled 8; then 1, 2 -> 9 and 3, 7, 8 relabelled.
-    assert_eq!(sources, vec![vec![4, 5], vec![6], vec![1, 2], vec![3, 7, 8]]);
+    assert_eq!(
+        sources,
+        vec![vec![4, 5], vec![6], vec![1, 2], vec![3, 7, 8]]
+    );
     assert_eq!(scan_ids(&latest).await, (0..600).collect::<Vec<_>>());
 }
 

@@ -272,7 +272,11 @@ async fn partition_of_compacted_fragments_extends_the_chain() {
     )
     .await;
     let ledger = ledger_of(&after).await.unwrap();
-    assert_eq!(ledger.transitions().len(), 3, "compaction, relabel, partition");
+    assert_eq!(
+        ledger.transitions().len(),
+        3,
+        "compaction, relabel, partition"
+    );
     assert_eq!(
         ledger
             .lineage()

@@ -163,8 +163,9 @@ impl CommitHook for RemapHook {
             new_fragment_ids: new_ids,
         }];
         // The fragments the commit relabelled after the run move too.
-        let Some(Operation::Rewrite { groups: applied, .. }) =
-            candidate.transaction.as_ref().map(|txn| &txn.operation)
+        let Some(Operation::Rewrite {
+            groups: applied, ..
+        }) = candidate.transaction.as_ref().map(|txn| &txn.operation)
         else {
             panic!("a rewrite commit");
         };

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::execute::RewriteResult;
 use super::inline_remap::InlineRemapHook;
-use super::relabelled::{follow_relabels, Followed};
 use super::landed::{find_landing, references_any, Landing};
+use super::relabelled::{follow_relabels, Followed};
 use super::verify::{verify_results, ReadIndex, ReadVersions};
 use super::CompactionOptions;
 use refract_index::registry::IndexRegistry;

@@ -73,8 +73,9 @@ impl InlineRemapHook {
     /// `refract_table`'s commit): the remap moves both.
     fn all_groups(&self, dataset: &Dataset, candidate: &Manifest) -> Result<Vec<GroupCapture>> {
         let mut groups = self.groups.clone();
-        let Some(Operation::Rewrite { groups: applied, .. }) =
-            candidate.transaction.as_ref().map(|txn| &txn.operation)
+        let Some(Operation::Rewrite {
+            groups: applied, ..
+        }) = candidate.transaction.as_ref().map(|txn| &txn.operation)
         else {
             return Ok(groups);
         };
@@ -105,7 +106,11 @@ impl InlineRemapHook {
         Ok(groups)
     }
 
-    fn remap(groups: &[GroupCapture], candidate: &Manifest, assigned: &[Vec<u64>]) -> Result<RowAddrRemap> {
+    fn remap(
+        groups: &[GroupCapture],
+        candidate: &Manifest,
+        assigned: &[Vec<u64>],
+    ) -> Result<RowAddrRemap> {
         if assigned.len() != groups.len() {
             return Err(Error::invalid_input(
                 "commit assigned ids for a different number of rewrite groups",

@@ -56,7 +56,10 @@ pub(super) fn follow_relabels(
             .any(|id| !index.contains(*id))
     };
     if !results.iter().any(gone) {
-        return Ok(Followed { results, ..unchanged });
+        return Ok(Followed {
+            results,
+            ..unchanged
+        });
     }
     // First data file path -> the latest fragment holding it.
     let holders: HashMap<&str, &Fragment> = latest
@@ -69,7 +72,10 @@ pub(super) fn follow_relabels(
         let mut ids = Vec::with_capacity(result.old_fragment_ids.len());
         for id in &result.old_fragment_ids {
             let Some(read) = reads.fragment(result.read_version, *id) else {
-                return Ok(Followed { results, ..unchanged });
+                return Ok(Followed {
+                    results,
+                    ..unchanged
+                });
             };
             let now = match index.get(*id) {
                 Some(now) => now,
@@ -79,11 +85,19 @@ pub(super) fn follow_relabels(
                     .and_then(|file| holders.get(file.path.as_str()))
                 {
                     Some(now) if now.files == read.files => now,
-                    _ => return Ok(Followed { results, ..unchanged }),
+                    _ => {
+                        return Ok(Followed {
+                            results,
+                            ..unchanged
+                        })
+                    }
                 },
             };
             if deletions(read) != deletions(now) {
-                return Ok(Followed { results, ..unchanged });
+                return Ok(Followed {
+                    results,
+                    ..unchanged
+                });
             }
             ids.push((*id, now.id));
         }
@@ -127,7 +141,11 @@ fn rename(result: &RewriteResult, ids: &[(u64, u64)]) -> Result<RewriteResult> {
         .serialize_into(&mut bytes)
         .map_err(|e| Error::corrupt("rewrite result", format!("surviving addresses: {e}")))?;
     Ok(RewriteResult {
-        old_fragment_ids: result.old_fragment_ids.iter().map(|id| new_id(*id)).collect(),
+        old_fragment_ids: result
+            .old_fragment_ids
+            .iter()
+            .map(|id| new_id(*id))
+            .collect(),
         surviving_old_addresses: bytes,
         ..result.clone()
     })

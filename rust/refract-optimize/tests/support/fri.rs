@@ -100,7 +100,10 @@ pub fn fragment_ids(dataset: &Dataset) -> Vec<u64> {
 /// The ids of the fragments at list `positions` (ids change when a rewrite
 /// before them relabels them; positions do not).
 pub fn ids_at(dataset: &Dataset, positions: std::ops::Range<usize>) -> Vec<u64> {
-    dataset.fragments()[positions].iter().map(|f| f.id).collect()
+    dataset.fragments()[positions]
+        .iter()
+        .map(|f| f.id)
+        .collect()
 }
 
 /// A user index segment (metadata only) covering `fragments`.

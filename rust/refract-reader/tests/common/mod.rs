@@ -407,9 +407,14 @@ impl Table {
         if let Some(record) = record {
             self.ledger.push_transition(record).unwrap();
         }
-        let (entry, removed) = self.fri_entry().await;
         let expected_first = self.ds.manifest().next_fragment_id();
         let count = new_fragments.len() as u64;
+        if !self.legacy {
+            if let Some(relabel) = self.relabel_record(sources, expected_first + count, count) {
+                self.ledger.push_transition(relabel).unwrap();
+            }
+        }
+        let (entry, removed) = self.fri_entry().await;
         self.ds = self
             .ds
             .commit(Operation::Rewrite {
@@ -429,11 +434,46 @@ impl Table {
             .iter()
             .map(|f| f.id)
             .filter(|id| *id >= expected_first)
+            .take(count as usize)
             .collect();
+        // The run's outputs come first in list order; relabelled ids follow.
         assert_eq!(
             assigned,
             (expected_first..expected_first + count).collect::<Vec<_>>()
         );
+    }
+
+    /// The transition of the fragments after `sources` that the commit
+    /// relabels (ids from `first`, in list order; none when the rewrite
+    /// writes nothing or ends the list): every physical row moves, offsets
+    /// unchanged.
+    fn relabel_record(&self, sources: &[u64], first: u64, count: u64) -> Option<TransitionRecord> {
+        let fragments = self.ds.fragments();
+        let last = sources.last()?;
+        let at = fragments.iter().position(|f| f.id == *last)?;
+        let after = &fragments[at + 1..];
+        if count == 0 || after.is_empty() {
+            return None;
+        }
+        let mut surviving = RoaringTreemap::new();
+        for fragment in after {
+            surviving.insert_range(fragment.id << 32..(fragment.id << 32) + fragment.physical_rows);
+        }
+        Some(
+            TransitionRecord::new(
+                after
+                    .iter()
+                    .map(|f| FragmentDigest::new(f.id, f.physical_rows, 0))
+                    .collect(),
+                after
+                    .iter()
+                    .zip(first..)
+                    .map(|(f, id)| FragmentDigest::new(id, f.physical_rows, 0))
+                    .collect(),
+                Mapping::OrderedCompaction { surviving },
+            )
+            .unwrap(),
+        )
     }
 
     /// A new FRI entry for the current ledger, and the uuid it replaces.

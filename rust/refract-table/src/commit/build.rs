@@ -480,10 +480,9 @@ mod tests {
         assert_eq!(relabel.old_fragment_ids, vec![4]);
         assert_eq!(relabel.new_fragments[0].id, 9);
         assert_eq!(relabel.new_fragments[0].files, base.fragments[3].files);
-        let surviving = RoaringTreemap::deserialize_from(
-            relabel.surviving_old_addresses.as_deref().unwrap(),
-        )
-        .unwrap();
+        let surviving =
+            RoaringTreemap::deserialize_from(relabel.surviving_old_addresses.as_deref().unwrap())
+                .unwrap();
         assert_eq!(
             surviving.iter().collect::<Vec<_>>(),
             (0..10).map(|offset| 4 << 32 | offset).collect::<Vec<_>>()
