@@ -74,7 +74,7 @@ async fn rewrite_after_a_concurrent_trim_is_rebased_and_keeps_its_transition() {
     // Planned at `with_first` (fragments 4 and 5, relabelled), committed
     // after a trim lands.
     let renamed = ids_at(&with_first, 2..4);
-    let second = plan_rewrite(&with_first, &[renamed.clone()], 1).await;
+    let second = plan_rewrite(&with_first, std::slice::from_ref(&renamed), 1).await;
     let (entry, ledger) = load_ledger(&with_first).await.unwrap().unwrap();
     let trimmed_away = *ledger.transitions()[0].fingerprint();
     let mut trimmed = ledger.clone();

@@ -274,8 +274,8 @@ async fn partition_of_compacted_fragments_extends_the_chain() {
     let ledger = ledger_of(&after).await.unwrap();
     assert_eq!(
         ledger.transitions().len(),
-        3,
-        "compaction, relabel, partition"
+        4,
+        "compaction, relabel of the indexed 4 and of 5, 6, partition"
     );
     assert_eq!(
         ledger

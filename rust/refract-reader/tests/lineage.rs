@@ -74,19 +74,24 @@ async fn compaction_partition_compaction_is_three_hops(#[case] storage: Storage)
     let compacted = t.compact(&[2, 3], 200).await;
     assert_eq!(compacted, vec![5]);
     check_all(&t.ds).await;
-    // fragments: 1(0..60) 5(60..180) 4(180..240); partition 5 and 4 by id % 3.
+    // fragments: 1(0..60) 5(60..180) 6(180..240, 4 relabelled); partition 5
+    // and 6 by id % 3.
     t.delete("id = 100 OR id = 200").await;
-    let parts = t.partition(&[5, 4], 3, |id| (id % 3) as u16).await;
-    assert_eq!(parts, vec![6, 7, 8]);
+    let parts = t.partition(&[5, 6], 3, |id| (id % 3) as u16).await;
+    assert_eq!(parts, vec![7, 8, 9]);
     check_all(&t.ds).await;
     assert_eq!(
         plan(&t.ds, "id_idx").await,
-        vec![(vec![1, 6, 7, 8], true, 2)]
+        vec![(vec![1, 7, 8, 9], true, 2)]
     );
     t.delete("id = 31 OR id = 32").await;
-    let last = t.compact(&[1, 6], 1_000).await;
-    assert_eq!(last, vec![9]);
-    assert_eq!(plan(&t.ds, "id_idx").await, vec![(vec![7, 8, 9], true, 3)]);
+    // 8 and 9 follow, relabelled 11 and 12.
+    let last = t.compact(&[1, 7], 1_000).await;
+    assert_eq!(last, vec![10]);
+    assert_eq!(
+        plan(&t.ds, "id_idx").await,
+        vec![(vec![10, 11, 12], true, 3)]
+    );
     let results = check_all(&t.ds).await;
     for r in &results {
         assert!(r.explain.scanned_fragments.is_empty(), "{:?}", r.explain);
@@ -100,13 +105,14 @@ async fn partial_destination_coverage_keeps_the_covered_destination() {
     t.index_all().await; // covers 1, 2, 3
     let unindexed = t.append(150, 50).await; // 4
     assert_eq!(unindexed, 4);
-    // T1: {1} -> {5}; T2: {3, 4} -> {6}: 6 mixes covered and uncovered rows.
+    // T1: {1} -> {5}, relabelling {2, 3, 4} -> {6, 7, 8}; T2: {7, 8} -> {9}:
+    // 9 mixes covered and uncovered rows.
     assert_eq!(t.compact(&[1], 100).await, vec![5]);
-    assert_eq!(t.compact(&[3, 4], 200).await, vec![6]);
-    assert_eq!(plan(&t.ds, "id_idx").await, vec![(vec![2, 5], true, 1)]);
+    assert_eq!(t.compact(&[7, 8], 200).await, vec![9]);
+    assert_eq!(plan(&t.ds, "id_idx").await, vec![(vec![5, 6], true, 1)]);
     let results = check_all(&t.ds).await;
     for r in &results {
-        assert_eq!(r.explain.scanned_fragments, vec![6], "{:?}", r.explain);
+        assert_eq!(r.explain.scanned_fragments, vec![9], "{:?}", r.explain);
     }
 }
 
@@ -248,8 +254,8 @@ async fn nearest_neighbour_queries_translate_too() {
         .await
         .unwrap();
     t.delete("id % 5 = 0").await;
-    t.compact(&[1, 2], 70).await;
-    t.partition(&[3, 4], 2, |id| (id % 2) as u16).await;
+    t.compact(&[1, 2], 70).await; // 3, 4 relabelled 6, 7
+    t.partition(&[6, 7], 2, |id| (id % 2) as u16).await;
     for probe in [3i64, 77, 150, 239] {
         let vector: Vec<f32> = (0..DIM).map(|j| component(probe, j) + 0.01).collect();
         let run = |use_index: bool| {

@@ -271,11 +271,13 @@ async fn multi_hop_compactions_with_deletions() {
     t.index_all().await;
     t.delete("id % 10 = 3").await;
     // 2 and 3 split across two destinations (fragment 3 straddles them).
+    // 4 and 5 follow, relabelled 8 and 9.
     assert_eq!(t.compact(&[2, 3], 70).await, vec![6, 7]);
     t.delete("id = 100 OR id = 200 OR id >= 250").await;
-    assert_eq!(t.compact(&[1, 6, 7], 1_000).await, vec![8]);
+    // 8 and 9 follow again, relabelled 11 and 12.
+    assert_eq!(t.compact(&[1, 6, 7], 1_000).await, vec![10]);
     t.delete("id = 31").await;
-    assert_eq!(t.compact(&[8, 4], 90).await, vec![9, 10, 11]);
+    assert_eq!(t.compact(&[10, 11], 90).await, vec![13, 14, 15]);
     let cases = cases(&t.ds, "id_idx").await;
     assert_eq!(cases.len(), 1);
     assert!(cases[0].fast.is_some());
@@ -287,7 +289,7 @@ async fn multi_hop_compactions_with_deletions() {
         out[31], None,
         "id 31 was deleted between the second and third"
     );
-    assert_eq!(out[0], Some(RowAddress::new(9, 0).0));
+    assert_eq!(out[0], Some(RowAddress::new(13, 0).0));
     assert_eq!(check_equal(&t.ds).await.0, 3);
     check_all(&t.ds).await;
 }
@@ -298,17 +300,18 @@ async fn insert_only_fragments_shift_and_split() {
     // straddles two destinations.
     let mut t = Table::new(4, 60).await;
     t.index_all().await;
+    // 4 is relabelled 7, then 12.
     assert_eq!(t.compact(&[1, 2, 3], 100).await, vec![5, 6]);
-    assert_eq!(t.compact(&[5, 6], 45).await, vec![7, 8, 9, 10]);
+    assert_eq!(t.compact(&[5, 6], 45).await, vec![8, 9, 10, 11]);
     let cases = cases(&t.ds, "id_idx").await;
     let all = stored_addresses(&cases[0]);
     let out = assert_same(&cases[0], &all).await;
-    // Row k of the stream (k < 180) lands at 7.. in blocks of 45.
+    // Row k of the stream (k < 180) lands at 8.. in blocks of 45.
     for (k, result) in out.iter().enumerate().take(180) {
-        let expected = RowAddress::new(7 + (k / 45) as u32, (k % 45) as u32).0;
+        let expected = RowAddress::new(8 + (k / 45) as u32, (k % 45) as u32).0;
         assert_eq!(*result, Some(expected), "row {k}");
     }
-    assert_eq!(out[180], Some(RowAddress::new(4, 0).0));
+    assert_eq!(out[180], Some(RowAddress::new(12, 0).0));
     assert_eq!(check_equal(&t.ds).await.0, 3);
 }
 
@@ -316,9 +319,9 @@ async fn insert_only_fragments_shift_and_split() {
 async fn claimed_intermediates_drop_their_rows() {
     let mut t = Table::new(3, 50).await;
     t.index_all().await; // S1 covers 1, 2, 3
-    assert_eq!(t.compact(&[1, 2], 500).await, vec![4]);
+    assert_eq!(t.compact(&[1, 2], 500).await, vec![4]); // 3 relabelled 5
     t.index_fragments(&[4]).await; // S2 claims 4 directly
-    assert_eq!(t.compact(&[4, 3], 60).await, vec![5, 6, 7]);
+    assert_eq!(t.compact(&[4, 5], 60).await, vec![6, 7, 8]);
     let cases = cases(&t.ds, "id_idx").await;
     for case in &cases {
         assert!(case.fast.is_some());
@@ -330,10 +333,10 @@ async fn claimed_intermediates_drop_their_rows() {
             assert!(out[..100].iter().all(Option::is_none));
             for (i, result) in out[100..].iter().enumerate() {
                 let k = 100 + i as u32;
-                assert_eq!(*result, Some(RowAddress::new(5 + k / 60, k % 60).0));
+                assert_eq!(*result, Some(RowAddress::new(6 + k / 60, k % 60).0));
             }
         } else {
-            assert_eq!(out[0], Some(RowAddress::new(5, 0).0));
+            assert_eq!(out[0], Some(RowAddress::new(6, 0).0));
         }
     }
     assert_eq!(cases.len(), 2);
@@ -346,10 +349,11 @@ async fn partitions_after_compactions_are_prepared() {
     let mut t = Table::new(3, 40).await;
     t.index_all().await;
     t.delete("id % 9 = 4").await;
-    assert_eq!(t.compact(&[1, 2], 500).await, vec![4]);
+    // The tail: nothing to relabel, so fragment 1 reaches the partition directly.
+    assert_eq!(t.compact(&[2, 3], 500).await, vec![4]);
     t.delete("id = 100").await;
     assert_eq!(
-        t.partition(&[4, 3], 2, |id| (id % 2) as u16).await,
+        t.partition(&[1, 4], 2, |id| (id % 2) as u16).await,
         vec![5, 6]
     );
     let cases = cases(&t.ds, "id_idx").await;
@@ -426,8 +430,8 @@ async fn routed_destinations_that_move_on_or_are_claimed() {
         t.partition(&[1, 2, 3], 3, |id| (id % 3) as u16).await,
         vec![4, 5, 6]
     );
-    assert_eq!(t.compact(&[4, 5], 500).await, vec![7]);
-    t.index_fragments(&[6]).await; // S2 claims 6 directly
+    assert_eq!(t.compact(&[4, 5], 500).await, vec![7]); // 6 relabelled 8
+    t.index_fragments(&[8]).await; // S2 claims 6 (now 8) directly
     let cases = cases(&t.ds, "id_idx").await;
     let s1 = cases
         .iter()
@@ -468,10 +472,10 @@ async fn routed_destinations_that_move_on_or_are_claimed() {
 async fn a_partition_over_the_resident_budget_is_left_to_the_async_walk() {
     let mut t = Table::new(3, 40).await;
     t.index_all().await;
-    assert_eq!(t.compact(&[1, 2], 500).await, vec![4]);
+    assert_eq!(t.compact(&[1, 2], 500).await, vec![4]); // 3 relabelled 5
     assert_eq!(
-        t.partition(&[4, 3], 2, |id| (id % 2) as u16).await,
-        vec![5, 6]
+        t.partition(&[4, 5], 2, |id| (id % 2) as u16).await,
+        vec![6, 7]
     );
     let (slow, _) = translators(&t.ds, "id_idx").await.remove(0);
     // 120 source rows hold 480 bytes of labels and ranks.

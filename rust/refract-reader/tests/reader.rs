@@ -74,8 +74,8 @@ async fn version_zero_takes_the_legacy_path() {
     t.legacy = true;
     t.index_all().await;
     t.delete("id % 4 = 1").await;
-    t.compact(&[1, 2], 500).await; // 5
-    t.compact(&[5, 3], 500).await; // 6
+    t.compact(&[1, 2], 500).await; // 5, relabelling 3, 4 as 6, 7
+    t.compact(&[5, 6], 500).await; // 8, relabelling 7 as 9
     let entry =
         t.ds.manifest()
             .indices
@@ -89,13 +89,19 @@ async fn version_zero_takes_the_legacy_path() {
     let history = reader.history().unwrap();
     assert_eq!(history.index_version(), 0);
     let legacy = history.legacy().unwrap();
-    assert_eq!(legacy.chain.steps().len(), 2);
+    assert_eq!(legacy.chain.steps().len(), 4);
     assert_eq!(
         legacy.groups,
-        vec![(vec![1, 2], vec![5]), (vec![5, 3], vec![6])]
+        vec![
+            (vec![1, 2], vec![5]),
+            (vec![3, 4], vec![6, 7]),
+            (vec![5, 6], vec![8]),
+            (vec![7], vec![9])
+        ]
     );
     let resolved = reader.resolve(&segments(&t.ds, "id_idx")).await.unwrap();
-    assert_eq!(summary(&resolved), vec![(vec![4, 6], true, 2)]);
+    // A legacy chain takes one hop per reuse version.
+    assert_eq!(summary(&resolved), vec![(vec![8, 9], true, 4)]);
     check_all(&t.ds).await;
     let stats = t.ds.store().stats();
     assert_eq!(stats.requests_under("_fri"), 0, "{:?}", stats.by_prefix);
@@ -326,7 +332,7 @@ async fn the_derived_listing_is_cached_per_snapshot_and_old_snapshots_stay_corre
     let mut t = Table::new(4, 30).await;
     t.storage = Storage::External;
     t.index_all().await;
-    t.partition(&[1, 2], 2, |id| (id % 2) as u16).await; // 5, 6
+    t.partition(&[1, 2], 2, |id| (id % 2) as u16).await; // 5, 6; 3, 4 relabelled 7, 8
     let before = t.ds.clone();
     let a = FriReader::open(&before, ChunkCacheMode::Lazy)
         .await
@@ -350,7 +356,7 @@ async fn the_derived_listing_is_cached_per_snapshot_and_old_snapshots_stay_corre
     );
 
     // A later rewrite: the old handle keeps its own listing and answers.
-    t.compact(&[3, 4], 100).await; // 7
+    t.compact(&[7, 8], 100).await; // 9
     let after = FriReader::open(&t.ds, ChunkCacheMode::Lazy).await.unwrap();
     assert!(!Arc::ptr_eq(a.listing().unwrap(), after.listing().unwrap()));
     assert_eq!(a.listing().unwrap().manifest_version(), before.version());

@@ -409,10 +409,8 @@ impl Table {
         }
         let expected_first = self.ds.manifest().next_fragment_id();
         let count = new_fragments.len() as u64;
-        if !self.legacy {
-            if let Some(relabel) = self.relabel_record(sources, expected_first + count, count) {
-                self.ledger.push_transition(relabel).unwrap();
-            }
+        for relabel in self.relabel_records(sources, expected_first + count, count) {
+            self.ledger.push_transition(relabel).unwrap();
         }
         let (entry, removed) = self.fri_entry().await;
         self.ds = self
@@ -443,37 +441,63 @@ impl Table {
         );
     }
 
-    /// The transition of the fragments after `sources` that the commit
+    /// The transitions of the fragments after `sources` that the commit
     /// relabels (ids from `first`, in list order; none when the rewrite
-    /// writes nothing or ends the list): every physical row moves, offsets
-    /// unchanged.
-    fn relabel_record(&self, sources: &[u64], first: u64, count: u64) -> Option<TransitionRecord> {
+    /// writes nothing or ends the list), one per run of equal index coverage
+    /// as the engine records them: every physical row moves, offsets unchanged.
+    fn relabel_records(&self, sources: &[u64], first: u64, count: u64) -> Vec<TransitionRecord> {
         let fragments = self.ds.fragments();
-        let last = sources.last()?;
-        let at = fragments.iter().position(|f| f.id == *last)?;
-        let after = &fragments[at + 1..];
-        if count == 0 || after.is_empty() {
-            return None;
+        let Some(at) = sources
+            .last()
+            .and_then(|last| fragments.iter().position(|f| f.id == *last))
+        else {
+            return Vec::new();
+        };
+        if count == 0 {
+            return Vec::new();
         }
-        let mut surviving = RoaringTreemap::new();
-        for fragment in after {
-            surviving.insert_range(fragment.id << 32..(fragment.id << 32) + fragment.physical_rows);
+        let coverage = |id: u64| -> Vec<bool> {
+            self.ds
+                .manifest()
+                .indices
+                .iter()
+                .filter(|index| !index.is_system())
+                .map(|index| {
+                    index
+                        .fragment_bitmap
+                        .as_ref()
+                        .is_none_or(|bitmap| bitmap.contains(id as u32))
+                })
+                .collect()
+        };
+        let mut runs: Vec<Vec<(u64, u64, u64)>> = Vec::new();
+        for (fragment, id) in fragments[at + 1..].iter().zip(first..) {
+            let entry = (fragment.id, id, fragment.physical_rows);
+            match runs.last_mut() {
+                Some(run) if coverage(run[run.len() - 1].0) == coverage(fragment.id) => {
+                    run.push(entry)
+                }
+                _ => runs.push(vec![entry]),
+            }
         }
-        Some(
-            TransitionRecord::new(
-                after
-                    .iter()
-                    .map(|f| FragmentDigest::new(f.id, f.physical_rows, 0))
-                    .collect(),
-                after
-                    .iter()
-                    .zip(first..)
-                    .map(|(f, id)| FragmentDigest::new(id, f.physical_rows, 0))
-                    .collect(),
-                Mapping::OrderedCompaction { surviving },
-            )
-            .unwrap(),
-        )
+        runs.into_iter()
+            .map(|run| {
+                let mut surviving = RoaringTreemap::new();
+                for (old, _, rows) in &run {
+                    surviving.insert_range(old << 32..(old << 32) + rows);
+                }
+                TransitionRecord::new(
+                    run.iter()
+                        .map(|(old, _, rows)| FragmentDigest::new(*old, *rows, 0))
+                        .collect(),
+                    run.iter()
+                        .map(|(_, new, rows)| FragmentDigest::new(*new, *rows, 0))
+                        .collect(),
+                    Mapping::OrderedCompaction { surviving },
+                )
+                .unwrap()
+            })
+            .collect()
     }
 
     /// A new FRI entry for the current ledger, and the uuid it replaces.

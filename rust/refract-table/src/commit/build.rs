@@ -236,6 +236,23 @@ fn apply_rewrite(
     }
     // The runs are disjoint (checked above): replace each in place.
     runs.sort_unstable();
+    // Which user index segments cover a fragment (one bit per segment).
+    let user_segments: Vec<&IndexMetadata> = next
+        .indices
+        .iter()
+        .filter(|index| !index.is_system())
+        .collect();
+    let coverage = |id: u64| -> Vec<bool> {
+        user_segments
+            .iter()
+            .map(|index| {
+                index
+                    .fragment_bitmap
+                    .as_ref()
+                    .is_none_or(|bitmap| u32::try_from(id).is_ok_and(|id| bitmap.contains(id)))
+            })
+            .collect()
+    };
     let mut applied: Vec<RewriteGroup> = groups.to_vec();
     let mut group_ids: Vec<Vec<u64>> = vec![Vec::new(); groups.len()];
     // Maximal runs of relabelled fragments, one group each: (old, relabelled).
@@ -259,10 +276,16 @@ fn apply_rewrite(
             ..fragment.clone()
         };
         out.push(relabelled.clone());
-        // Run boundaries were pushed as empty runs (see below).
+        // Run boundaries were pushed as empty runs (see below). A run also
+        // ends where index coverage changes, so each relabel transition's
+        // destinations are covered exactly as its sources were.
+        let same_coverage = |run: &Vec<(Fragment, Fragment)>| {
+            run.last()
+                .is_none_or(|(previous, _)| coverage(previous.id) == coverage(fragment.id))
+        };
         match relabels.last_mut() {
-            Some(run) => run.push((fragment, relabelled)),
-            None => relabels.push(vec![(fragment, relabelled)]),
+            Some(run) if same_coverage(run) => run.push((fragment, relabelled)),
+            _ => relabels.push(vec![(fragment, relabelled)]),
         }
         Ok(())
     };
