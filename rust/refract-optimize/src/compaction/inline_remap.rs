@@ -14,7 +14,7 @@ use refract_core::{
 use refract_index::registry::IndexRegistry;
 use refract_index::remap::{apply_index_rewrite, remap_indices_for_rewrite, RewrittenGroup};
 use refract_table::dataset::Dataset;
-use refract_table::format::Manifest;
+use refract_table::format::{FragmentIndex, Manifest};
 use refract_table::transaction::Operation;
 use refract_table::CommitHook;
 use roaring::RoaringTreemap;
@@ -81,21 +81,7 @@ impl InlineRemapHook {
         };
         let latest = dataset.manifest().fragment_index();
         for relabel in applied.iter().skip(self.groups.len()) {
-            let old = relabel
-                .old_fragment_ids
-                .iter()
-                .map(|id| {
-                    let fragment = latest.get(*id).ok_or_else(|| {
-                        Error::invalid_input(format!(
-                            "relabelled fragment {id} is not in the latest version"
-                        ))
-                    })?;
-                    Ok(FragmentRows {
-                        id: *id,
-                        physical_rows: fragment.physical_rows,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let old = fragment_rows(&latest, &relabel.old_fragment_ids, "the latest version")?;
             let bytes = relabel.surviving_old_addresses.as_deref().ok_or_else(|| {
                 Error::invalid_input("a relabelled fragment carries no surviving rows")
             })?;
@@ -121,29 +107,33 @@ impl InlineRemapHook {
             .iter()
             .zip(assigned)
             .map(|(group, new_ids)| {
-                let new_fragments = new_ids
-                    .iter()
-                    .map(|id| {
-                        let fragment = index.get(*id).ok_or_else(|| {
-                            Error::invalid_input(format!(
-                                "new fragment {id} is not in the candidate"
-                            ))
-                        })?;
-                        Ok(FragmentRows {
-                            id: *id,
-                            physical_rows: fragment.physical_rows,
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?;
                 Ok(RewriteGroupInput {
                     old_fragments: group.old.clone(),
-                    new_fragments,
+                    new_fragments: fragment_rows(&index, new_ids, "the candidate")?,
                     surviving: group.surviving.clone(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         RowAddrRemap::compact(inputs)
     }
+}
+
+/// The row counts of fragments `ids`, looked up in `index` (`what` names it).
+///
+/// # Errors
+/// InvalidInput when a fragment is missing from it.
+fn fragment_rows(index: &FragmentIndex<'_>, ids: &[u64], what: &str) -> Result<Vec<FragmentRows>> {
+    ids.iter()
+        .map(|id| {
+            let fragment = index
+                .get(*id)
+                .ok_or_else(|| Error::invalid_input(format!("fragment {id} is not in {what}")))?;
+            Ok(FragmentRows {
+                id: *id,
+                physical_rows: fragment.physical_rows,
+            })
+        })
+        .collect()
 }
 
 #[async_trait]

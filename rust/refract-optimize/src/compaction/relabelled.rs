@@ -45,68 +45,78 @@ pub(super) fn follow_relabels(
     read_version: u64,
 ) -> Result<Followed> {
     let index = latest.fragment_index();
-    let unchanged = Followed {
-        results: Vec::new(),
-        read_version,
-    };
     let gone = |result: &RewriteResult| {
         result
             .old_fragment_ids
             .iter()
             .any(|id| !index.contains(*id))
     };
-    if !results.iter().any(gone) {
-        return Ok(Followed {
-            results,
-            ..unchanged
-        });
+    if results.iter().any(gone) {
+        if let Some(renamed) = renamed_results(reads, latest, &results)? {
+            return Ok(Followed {
+                results: renamed,
+                read_version: latest.version,
+            });
+        }
     }
-    // First data file path -> the latest fragment holding it.
-    let holders: HashMap<&str, &Fragment> = latest
-        .fragments
-        .iter()
-        .filter_map(|fragment| Some((fragment.files.first()?.path.as_str(), fragment)))
-        .collect();
+    Ok(Followed {
+        results,
+        read_version,
+    })
+}
+
+/// `results` renamed onto `latest`, or None when a source cannot be followed
+/// safely (not found by its files, or its deletions changed).
+fn renamed_results(
+    reads: &ReadIndex<'_>,
+    latest: &Manifest,
+    results: &[RewriteResult],
+) -> Result<Option<Vec<RewriteResult>>> {
+    let index = latest.fragment_index();
+    let holders = Holders::of(latest);
     let mut renamed = Vec::with_capacity(results.len());
-    for result in &results {
+    for result in results {
         let mut ids = Vec::with_capacity(result.old_fragment_ids.len());
         for id in &result.old_fragment_ids {
             let Some(read) = reads.fragment(result.read_version, *id) else {
-                return Ok(Followed {
-                    results,
-                    ..unchanged
-                });
+                return Ok(None);
             };
-            let now = match index.get(*id) {
-                Some(now) => now,
-                None => match read
-                    .files
-                    .first()
-                    .and_then(|file| holders.get(file.path.as_str()))
-                {
-                    Some(now) if now.files == read.files => now,
-                    _ => {
-                        return Ok(Followed {
-                            results,
-                            ..unchanged
-                        })
-                    }
-                },
+            let Some(now) = index.get(*id).or_else(|| holders.holder_of(read)) else {
+                return Ok(None);
             };
             if deletions(read) != deletions(now) {
-                return Ok(Followed {
-                    results,
-                    ..unchanged
-                });
+                return Ok(None);
             }
             ids.push((*id, now.id));
         }
         renamed.push(rename(result, &ids)?);
     }
-    Ok(Followed {
-        results: renamed,
-        read_version: latest.version,
-    })
+    Ok(Some(renamed))
+}
+
+/// The fragments of one version by their data files (a data file belongs to
+/// exactly one fragment, whatever its id).
+struct Holders<'a> {
+    by_first_file: HashMap<&'a str, &'a Fragment>,
+}
+
+impl<'a> Holders<'a> {
+    fn of(manifest: &'a Manifest) -> Self {
+        let by_first_file = manifest
+            .fragments
+            .iter()
+            .filter_map(|fragment| Some((fragment.files.first()?.path.as_str(), fragment)))
+            .collect();
+        Self { by_first_file }
+    }
+
+    /// The fragment holding exactly `fragment`'s data files.
+    fn holder_of(&self, fragment: &Fragment) -> Option<&'a Fragment> {
+        let now = self
+            .by_first_file
+            .get(fragment.files.first()?.path.as_str())?;
+        (now.files == fragment.files).then_some(*now)
+    }
 }
 
 /// Which deletion write a fragment carries (a relabel copies the file under
@@ -158,16 +168,8 @@ fn rename(result: &RewriteResult, ids: &[(u64, u64)]) -> Result<RewriteResult> {
 /// from one run to the next. Linear in the fragments of both versions.
 pub fn follow_fragment_ids(before: &Manifest, after: &Manifest, ids: &[u64]) -> Vec<u64> {
     let before = before.fragment_index();
-    let holders: HashMap<&str, &Fragment> = after
-        .fragments
-        .iter()
-        .filter_map(|fragment| Some((fragment.files.first()?.path.as_str(), fragment)))
-        .collect();
+    let holders = Holders::of(after);
     ids.iter()
-        .filter_map(|id| {
-            let old = before.get(*id)?;
-            let now = holders.get(old.files.first()?.path.as_str())?;
-            (now.files == old.files).then_some(now.id)
-        })
+        .filter_map(|id| Some(holders.holder_of(before.get(*id)?)?.id))
         .collect()
 }

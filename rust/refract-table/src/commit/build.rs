@@ -8,6 +8,7 @@ use refract_ledger::flags::FLAG_DELETION_FILES;
 use roaring::RoaringTreemap;
 use uuid::Uuid;
 
+use super::gate::covers;
 use crate::format::fragment::FIRST_FRAGMENT_ID;
 use crate::format::{Fragment, IndexMetadata, Manifest, MAX_FRAGMENT_ID};
 use crate::transaction::{Operation, RewriteGroup, Transaction};
@@ -236,23 +237,10 @@ fn apply_rewrite(
     }
     // The runs are disjoint (checked above): replace each in place.
     runs.sort_unstable();
-    // Which user index segments cover a fragment (one bit per segment).
-    let user_segments: Vec<&IndexMetadata> = next
-        .indices
-        .iter()
-        .filter(|index| !index.is_system())
-        .collect();
-    let coverage = |id: u64| -> Vec<bool> {
-        user_segments
-            .iter()
-            .map(|index| {
-                index
-                    .fragment_bitmap
-                    .as_ref()
-                    .is_none_or(|bitmap| u32::try_from(id).is_ok_and(|id| bitmap.contains(id)))
-            })
-            .collect()
-    };
+    // Which index segments cover a fragment (one bit per segment).
+    let indices = &next.indices;
+    let coverage =
+        |id: u64| -> Vec<bool> { indices.iter().map(|index| covers(index, id)).collect() };
     let mut applied: Vec<RewriteGroup> = groups.to_vec();
     let mut group_ids: Vec<Vec<u64>> = vec![Vec::new(); groups.len()];
     // Maximal runs of relabelled fragments, one group each: (old, relabelled).
@@ -509,6 +497,42 @@ mod tests {
         assert_eq!(
             surviving.iter().collect::<Vec<_>>(),
             (0..10).map(|offset| 4 << 32 | offset).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn relabel_runs_split_where_index_coverage_changes() {
+        let mut base = manifest(&[1, 2, 3, 4, 5], 5);
+        base.indices.push(IndexMetadata {
+            uuid: Uuid::new_v4(),
+            name: "id_idx".to_string(),
+            fields: vec!["a".to_string()],
+            fragment_bitmap: Some([3u32, 4].into_iter().collect()),
+            index_type: "btree".to_string(),
+            details: vec![],
+            index_version: 1,
+            dataset_version: 3,
+            files: Vec::new(),
+            lance: Default::default(),
+        });
+        let candidate = build(
+            &base,
+            Operation::Rewrite {
+                groups: vec![RewriteGroup {
+                    old_fragment_ids: vec![1],
+                    new_fragments: vec![fragment(0, 10)],
+                    surviving_old_addresses: None,
+                }],
+                new_indices: vec![],
+                removed_index_uuids: vec![],
+            },
+        )
+        .unwrap();
+        assert_eq!(ids(&candidate.manifest), vec![6, 7, 8, 9, 10]);
+        // 2 (uncovered), then 3 and 4 (covered), then 5 (uncovered).
+        assert_eq!(
+            candidate.assigned,
+            vec![vec![6], vec![7], vec![8, 9], vec![10]]
         );
     }
 

@@ -283,7 +283,7 @@ async fn classify_rewrite(
 
 /// A user segment covers `fragment` when its stored bitmap holds it; a segment
 /// without a bitmap has unknown coverage and is treated as covering.
-fn covers(index: &IndexMetadata, fragment: u64) -> bool {
+pub(super) fn covers(index: &IndexMetadata, fragment: u64) -> bool {
     if index.is_system() {
         return false;
     }
