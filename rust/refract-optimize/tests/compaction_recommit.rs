@@ -133,3 +133,48 @@ async fn results_of_plans_with_different_options_are_refused() {
         dataset.version()
     );
 }
+
+#[tokio::test]
+async fn a_batch_follows_sources_an_earlier_batch_relabelled_unless_they_changed() {
+    // Two tasks: [1, 2, 3] and [5, 6]; committing the first relabels 4, 5, 6.
+    let dataset = dataset_with_fragments(&[10, 10, 10, 500, 10, 10]).await;
+    let plan = plan_compaction(&dataset, &options(100)).unwrap();
+    assert_eq!(plan.tasks.len(), 2);
+    let first = plan.tasks[0].execute(&dataset).await.unwrap();
+    let second = plan.tasks[1].execute(&dataset).await.unwrap();
+    let (committed, _) = commit_compaction(&dataset, vec![first.clone()])
+        .await
+        .unwrap();
+    let (landed, metrics) = commit_compaction(&committed, vec![second.clone()])
+        .await
+        .unwrap();
+    assert_eq!(metrics.committed_version, Some(committed.version() + 1));
+    assert_eq!(scan_ids(&landed).await, (0..550).collect::<Vec<i64>>());
+    let ids: Vec<u64> = landed.fragments().iter().map(|f| f.id).collect();
+    assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "{ids:?}");
+
+    // Same race, but a row of the relabelled sources is deleted in between:
+    // renaming would lose that delete, so the commit is a retryable conflict.
+    let dataset = dataset_with_fragments(&[10, 10, 10, 500, 10, 10]).await;
+    let plan = plan_compaction(&dataset, &options(100)).unwrap();
+    let first = plan.tasks[0].execute(&dataset).await.unwrap();
+    let second = plan.tasks[1].execute(&dataset).await.unwrap();
+    let (mut committed, _) = commit_compaction(&dataset, vec![first]).await.unwrap();
+    committed.delete("id = 545").await.unwrap();
+    let err = commit_compaction(&committed, vec![second])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Conflict {
+                retryable: true,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let latest = committed.checkout_latest().await.unwrap();
+    let want: Vec<i64> = (0..550).filter(|id| *id != 545).collect();
+    assert_eq!(scan_ids(&latest).await, want);
+}
