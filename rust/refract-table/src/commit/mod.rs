@@ -108,7 +108,7 @@ async fn commit_transaction(
 
         let mut intervening = Vec::new();
         for version in txn.read_version + 1..=latest_version {
-            intervening.push(handle.load_manifest(version).await?);
+            intervening.push(handle.load_manifest_with_transaction(version).await?);
         }
         let ready = match rebase(&latest, &txn, &intervening).await? {
             Rebased::AlreadyCommitted(manifest) => return Ok(handle.with_manifest(manifest)),

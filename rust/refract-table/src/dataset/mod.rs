@@ -383,6 +383,29 @@ impl Dataset {
             .map_err(|err| manifest_error(version, err))
     }
 
+    /// The manifest of `version` with its transaction: from the manifest, or
+    /// (versions of Lance writers before inline transactions) from its
+    /// `_transactions/` file, fetched and verified against a recorded checksum.
+    ///
+    /// # Errors
+    /// As [`Self::load_manifest`]; NotFound when the named transaction file
+    /// is missing; Corrupt when it fails its checksum or does not decode.
+    pub(crate) async fn load_manifest_with_transaction(
+        &self,
+        version: u64,
+    ) -> Result<Arc<Manifest>> {
+        let manifest = self.load_manifest(version).await?;
+        if manifest.transaction.is_some() || manifest.lance.transaction_file.is_empty() {
+            return Ok(manifest);
+        }
+        let path = crate::io::paths::transaction_file_path(&manifest.lance.transaction_file)?;
+        let bytes = self.store.get(&path).await?;
+        if let Some(checksum) = &manifest.lance.transaction_file_checksum {
+            checksum.verify_whole(&path.to_string(), &bytes)?;
+        }
+        Ok(Arc::new(manifest.with_transaction_file(&bytes)?))
+    }
+
     /// This handle's store and session on another manifest.
     pub(crate) fn with_manifest(&self, manifest: Arc<Manifest>) -> Dataset {
         Dataset {

@@ -58,7 +58,9 @@ impl Dataset {
     pub async fn versions(&self) -> Result<Vec<VersionInfo>> {
         let mut infos = Vec::new();
         for version in list_versions(&self.store).await? {
-            infos.push(version_info(&*self.load_manifest(version).await?));
+            infos.push(version_info(
+                &*self.load_manifest_with_transaction(version).await?,
+            ));
         }
         Ok(infos)
     }
@@ -74,7 +76,7 @@ impl Dataset {
     pub async fn version_history(&self) -> Result<Vec<VersionEntry>> {
         let mut entries = Vec::new();
         for version in list_versions(&self.store).await? {
-            entries.push(match self.load_manifest(version).await {
+            entries.push(match self.load_manifest_with_transaction(version).await {
                 Ok(manifest) => VersionEntry::Readable(version_info(&manifest)),
                 Err(err @ Error::External { .. }) => return Err(err),
                 Err(error) => VersionEntry::Unreadable { version, error },

@@ -304,6 +304,40 @@ impl Manifest {
         Ok(Bytes::from(sidecar::seal(&sidecar_bytes, &lance)))
     }
 
+    /// This manifest with its transaction decoded from `bytes`, the contents
+    /// of its `_transactions/` file: Lance writers before inline transactions
+    /// recorded a version's transaction only there.
+    ///
+    /// # Errors
+    /// Corrupt when the bytes are not a Lance transaction, or record another
+    /// read version than the file's name.
+    pub(crate) fn with_transaction_file(&self, bytes: &[u8]) -> Result<Manifest> {
+        let name = format!("_transactions/{}", self.lance.transaction_file);
+        let message = pb::Transaction::decode(bytes)
+            .map_err(|err| Error::corrupt(name.clone(), format!("does not decode: {err}")))?;
+        let fields = FieldPaths::new(&self.lance.schema);
+        let transaction = Transaction::from_pb(
+            &message,
+            None,
+            &fields,
+            &Checksums::default(),
+            &self.indices,
+        )?;
+        if transaction.read_version >= self.version {
+            return Err(Error::corrupt(
+                name,
+                format!(
+                    "the transaction of version {} records read version {}",
+                    self.version, transaction.read_version
+                ),
+            ));
+        }
+        Ok(Manifest {
+            transaction: Some(transaction),
+            ..self.clone()
+        })
+    }
+
     /// Verifies, decodes and validates untrusted manifest bytes.
     ///
     /// # Errors

@@ -336,3 +336,78 @@ async fn commit_hook_sees_assigned_ids_and_may_add_indices() {
     let reopened = Dataset::open(&location.uri).await.unwrap();
     assert_eq!(reopened.manifest().indices, committed.manifest().indices);
 }
+
+/// Strips the inline transaction from the stored manifest of `version`, as
+/// Lance writers before inline transactions stored it (the transaction then
+/// lives only in `_transactions/`).
+async fn strip_inline_transaction(dataset: &Dataset, version: u64) -> String {
+    let path = refract_table::io::manifest_path(version);
+    let bytes = dataset.store().get(&path).await.unwrap();
+    let mut parts = refract_table::testing::open_manifest(&bytes).unwrap();
+    assert!(parts.transaction.take().is_some());
+    dataset.store().put(&path, parts.seal()).await.unwrap();
+    format!("_transactions/{}", parts.manifest.transaction_file)
+}
+
+#[tokio::test]
+async fn a_commit_rebases_over_a_version_whose_transaction_is_only_in_its_file() {
+    let location = location(Backend::Memory);
+    create_with_rows(&location.uri, 40, 10).await;
+    let mut ours = Dataset::open(&location.uri).await.unwrap();
+    let mut theirs = Dataset::open(&location.uri).await.unwrap();
+    theirs.delete("id < 5").await.unwrap();
+    strip_inline_transaction(&theirs, theirs.version()).await;
+
+    ours.delete("id >= 35").await.unwrap();
+    assert_eq!(ours.version(), 4);
+    assert_eq!(scan_ids(&ours).await, (5..35).collect::<Vec<_>>());
+    let operations: Vec<String> = ours
+        .versions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|info| info.operation)
+        .collect();
+    assert_eq!(operations, ["Create", "Append", "Delete", "Delete"]);
+}
+
+#[rstest]
+#[case::missing(None)]
+#[case::garbage(Some(&b"\x0a\xffnot a transaction"[..]))]
+#[tokio::test]
+async fn a_bad_transaction_file_fails_the_commit_and_changes_nothing(
+    #[case] replacement: Option<&'static [u8]>,
+) {
+    let location = location(Backend::Memory);
+    create_with_rows(&location.uri, 40, 10).await;
+    let mut ours = Dataset::open(&location.uri).await.unwrap();
+    let mut theirs = Dataset::open(&location.uri).await.unwrap();
+    theirs.delete("id < 5").await.unwrap();
+    let txn = strip_inline_transaction(&theirs, theirs.version()).await;
+    let txn_path = refract_table::io::RelativePath::parse(&txn).unwrap();
+    match replacement {
+        None => theirs.store().delete(&txn_path).await.unwrap(),
+        Some(bytes) => theirs
+            .store()
+            .put(&txn_path, bytes::Bytes::from_static(bytes))
+            .await
+            .unwrap(),
+    }
+
+    let err = ours.delete("id >= 35").await.unwrap_err();
+    match replacement {
+        None => assert!(
+            matches!(err, refract_core::Error::NotFound { .. }),
+            "{err:?}"
+        ),
+        Some(_) => assert!(
+            matches!(err, refract_core::Error::Corrupt { .. }),
+            "{err:?}"
+        ),
+    }
+    assert!(err.to_string().contains(&txn), "{err}");
+    assert!(!err.to_string().contains('\n'), "{err}");
+    let latest = theirs.checkout_latest().await.unwrap();
+    assert_eq!(latest.version(), 3);
+    assert_eq!(scan_ids(&latest).await, (5..40).collect::<Vec<_>>());
+}
