@@ -7,11 +7,12 @@ The script creates its own virtualenv (target/peer-venv, pylance==14.0.2 and
 pyarrow from PyPI) and re-runs itself inside it. The Refract side is
 target/release/side_by_side (built on demand with cargo).
 
-Both engines get identical datasets: Refract writes synthetic rows
-(`side_by_side load`, fragments of a fixed row count) and the peer writes the
-very same rows, read back from Refract's data files with
-`lance.file.LanceFileReader`, with `lance.write_dataset(..., max_rows_per_file=
-<the same fragment size>)` in the same order and file version.
+Both engines work on copies of one base dataset: `side_by_side load` writes
+synthetic rows in fragments of a fixed row count as a Lance table, which the
+runner opens with pylance (same fragments, same rows) before any measurement.
+There is no second writer and no conversion. Index builds are kept per engine
+(each engine's own index over the same table) as the bases of the remap
+workloads.
 
 Every measurement runs in a fresh process on a fresh copy of a base dataset;
 engines alternate (Refract, peer, Refract, peer, ...). A child's peak RSS is
@@ -53,6 +54,8 @@ INDEX_COLUMNS = {"btree": "id", "bitmap": "category", "ngram": "text", "ivf_flat
 PEER_INDEX_TYPES = {"btree": "BTREE", "bitmap": "BITMAP", "ngram": "NGRAM", "ivf_flat": "IVF_FLAT"}
 IVF_MAX_ITERATIONS = 20
 MAX_ROUNDS = 200
+# The directory of a base dataset both engines start from (see engine_base).
+SHARED = "shared"
 
 # Sizes: (rows of the 1,000-row-fragment table, rows of the 100,000-row-fragment
 # table, ivf_flat partitions, repeats).
@@ -207,38 +210,17 @@ def peer_child(spec):
     print(json.dumps(record), flush=True)
 
 
-def peer_load(refract_load, directory):
-    """Writes Refract's rows, fragment by fragment sizes, as a peer dataset."""
+def check_peer_reads(loaded, directory):
+    """pylance opens the base dataset with the fragments Refract wrote."""
     import lance
-    import lance.file
-    import pyarrow as pa
 
-    files = refract_load["files"]
-    sizes = refract_load["fragment_rows"]
-    first = lance.file.LanceFileReader(files[0][0]).metadata()
-    version = f"{first.major_version}.{first.minor_version}"
-    # Consecutive fragments of one size are one write (one max_rows_per_file).
-    runs, start = [], 0
-    for i in range(1, len(sizes) + 1):
-        if i == len(sizes) or sizes[i] != sizes[start]:
-            runs.append((start, i, sizes[start]))
-            start = i
-    for n, (lo, hi, per_fragment) in enumerate(runs):
-        tables = []
-        for fragment_files in files[lo:hi]:
-            if len(fragment_files) != 1:
-                raise ValueError("a fragment with several data files")
-            tables.append(lance.file.LanceFileReader(fragment_files[0]).read_all(batch_size=65_536).to_table())
-        table = pa.concat_tables(tables)
-        lance.write_dataset(
-            table, str(directory), mode="create" if n == 0 else "append",
-            max_rows_per_file=per_fragment, data_storage_version=version,
-        )
     ds = lance.dataset(str(directory))
     got = fragment_rows_of(ds)
-    if got != sizes:
-        raise RuntimeError(f"peer fragments {got[:5]}... differ from Refract's {sizes[:5]}...")
-    return {"data_storage_version": version, "fragments": len(got)}
+    if got != loaded["fragment_rows"]:
+        raise RuntimeError(f"pylance reads fragments {got[:5]}... where Refract wrote {loaded['fragment_rows'][:5]}...")
+    if ds.count_rows() != loaded["rows"]:
+        raise RuntimeError(f"pylance counts {ds.count_rows()} rows where Refract wrote {loaded['rows']}")
+    return {"data_storage_version": ds.data_storage_version, "fragments": len(got)}
 
 
 # ---------------------------------------------------------------- the local S3 server
@@ -340,13 +322,11 @@ class Suite:
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        loaded = refract("load", target / "refract", "--runs", ",".join(runs))
-        started = time.perf_counter()
-        detail = peer_load(loaded, target / "peer")
+        loaded = refract("load", target / SHARED, "--runs", ",".join(runs))
+        detail = check_peer_reads(loaded, target / SHARED)
         self.emit({
             "benchmark": "load", "dataset": name, "runs": runs, "rows": loaded["rows"],
-            "fragments": loaded["fragments"], "refract_load_ms": loaded["ms"],
-            "peer_copy_ms": (time.perf_counter() - started) * 1e3, **detail,
+            "fragments": loaded["fragments"], "refract_load_ms": loaded["ms"], **detail,
         })
         self.built.add(name)
 
@@ -354,7 +334,7 @@ class Suite:
         work = self.root / "work" / engine
         if work.exists():
             shutil.rmtree(work)
-        shutil.copytree(base / engine, work)
+        shutil.copytree(engine_base(base, engine), work)
         os.sync()
         return work
 
@@ -371,7 +351,7 @@ class Suite:
         for repeat in range(self.repeats):
             for engine, steps in (("refract", refract_steps), ("peer", peer_steps)):
                 if on_s3:
-                    work = self.s3.fresh_copy(base / engine, f"{workload}/{engine}-{repeat}")
+                    work = self.s3.fresh_copy(engine_base(base, engine), f"{workload}/{engine}-{repeat}")
                     offset = self.s3.log_offset()
                 else:
                     work = self.fresh_copy(base, engine)
@@ -591,6 +571,13 @@ class Suite:
                      "(medians; below 1 means Refract is faster or smaller); MB = peak RSS of the process, "
                      "+MB = peak minus RSS when the step started")
         print("\n".join(lines), file=sys.stderr if self.args.table_to_stderr else sys.stdout, flush=True)
+
+
+def engine_base(base, engine):
+    """The copy of `base` an engine starts from: its own (an index it built)
+    or the one both engines share."""
+    own = base / engine
+    return own if own.exists() else base / SHARED
 
 
 def stalled(sizes, target):

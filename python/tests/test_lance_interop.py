@@ -167,6 +167,30 @@ def test_partial_compaction_passes_pylance_validate(uri):
     theirs.validate()
 
 
+def test_partition_before_the_tail_keeps_ids_sorted_for_pylance(location):
+    """A stable partition of a run that is not the tail relabels the fragments
+    after it: pylance validates every version and its commits move no row."""
+    uri, options = location
+    for start in (0, 100, 200, 300):
+        mode = "create" if start == 0 else "append"
+        lance.write_dataset(numbered(start, start + 100), uri, mode=mode, **lance_opts(options))
+    pylance(uri, options).delete("id = 250 OR id = 350")
+    ours = refract.dataset(uri, storage_options=options)
+    first, second = [f.fragment_id for f in pylance(uri, options).get_fragments()][1:3]
+    ours.partition_fragments("id", boundaries=[150], fragments=[first, second])
+    theirs = pylance(uri, options)
+    ids = [fragment.fragment_id for fragment in theirs.get_fragments()]
+    assert ids == sorted(ids) and len(ids) == 4
+    theirs.validate()
+    want = [i for i in range(400) if i not in (250, 350)]
+    assert theirs.to_table().column("id").to_pylist() == want
+    lance.write_dataset(numbered(400, 410), uri, mode="append", **lance_opts(options))
+    want += list(range(400, 410))
+    assert pylance(uri, options).to_table().column("id").to_pylist() == want
+    assert refract.dataset(uri, storage_options=options).to_table().column("id").to_pylist() == want
+    pylance(uri, options).validate()
+
+
 def test_partial_compaction_keeps_order_through_pylance_commits(location):
     """The fragment after the compacted run is relabelled (deletion file and
     all), so pylance's next commit, which sorts by id, moves no row."""

@@ -355,6 +355,7 @@ async fn partition_without_row_map_over_covered_fragments_is_refused() {
             map_id: None,
             map_size_bytes: 0,
             map_checksum: None,
+            relabelled: Vec::new(),
         },
     );
     let err = dataset.commit_transaction(txn, None).await.unwrap_err();

@@ -378,3 +378,58 @@ async fn multi_block_row_maps_are_translated_in_bounded_batches() {
         assert!(got.explain.index.is_some());
     }
 }
+
+#[tokio::test]
+async fn a_partition_before_the_tail_relabels_and_remap_drains_the_history() {
+    let mut dataset = indexed_table("partition_relabel", 600, 100).await;
+    dataset.delete("id = 450 or id = 451").await.unwrap();
+    let scan_before = support::scan_ids(&dataset).await;
+    partition(&mut dataset, Some(vec![2, 3]), 2).await;
+    // 4, 5, 6 follow the destinations 7, 8 under fresh ids, 5 keeping its deletions.
+    assert_eq!(fri::fragment_ids(&dataset), vec![1, 7, 8, 9, 10, 11]);
+    let relabelled = dataset.fragments()[4].clone();
+    assert_eq!(relabelled.num_deleted_rows(), 2);
+    let Some(txn) = &dataset.manifest().transaction else {
+        panic!("the partition records a transaction");
+    };
+    let Operation::Partition {
+        relabelled: groups, ..
+    } = &txn.operation
+    else {
+        panic!("expected a Partition");
+    };
+    assert_eq!(groups.len(), 1, "one run: every index covers 4, 5, 6");
+    assert_eq!(groups[0].old_fragment_ids, vec![4, 5, 6]);
+    let ledger = fri::ledger(&dataset).await.unwrap();
+    let kinds: Vec<&str> = ledger
+        .transitions()
+        .iter()
+        .map(|t| t.mapping().kind())
+        .collect();
+    assert_eq!(kinds, ["stable_partition", "ordered_compaction"]);
+    // Rows outside the run keep their places; the queries translate through both.
+    let mut scan_after = support::scan_ids(&dataset).await;
+    assert_eq!(scan_after[..100], scan_before[..100]);
+    assert_eq!(scan_after[300..], scan_before[300..]);
+    scan_after.sort_unstable();
+    let mut sorted_before = scan_before.clone();
+    sorted_before.sort_unstable();
+    assert_eq!(scan_after, sorted_before);
+    assert_queries_match(&dataset, builtins()).await;
+
+    // Execute until no-op: one remap commit, then nothing; the history drains.
+    let report = remap_indices(&mut dataset, RemapOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(report.remapped(), 4, "{report:#?}");
+    assert_queries_match(&dataset, builtins()).await;
+    let again = remap_indices(&mut dataset, RemapOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(again.committed_version, None);
+    assert!(all_caught_up(&again), "{again:#?}");
+    let trim = trim_fri(&mut dataset).await.unwrap();
+    assert_eq!(trim.transitions_kept, 0, "{trim:?}");
+    assert!(trim_fri(&mut dataset).await.unwrap().is_noop());
+    assert_queries_match(&dataset, builtins()).await;
+}

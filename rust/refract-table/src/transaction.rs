@@ -73,6 +73,10 @@ pub enum Operation {
         /// Block checksums of the row-map file (absent without one, and in
         /// transactions written before checksums).
         map_checksum: Option<FileChecksum>,
+        /// The fragments after the run that the commit relabelled to keep
+        /// fragment ids sorted, as groups of an identity rewrite (see
+        /// docs/format.md "Relabelled fragments"). Empty until applied.
+        relabelled: Vec<RewriteGroup>,
     },
     /// Makes `version` current again (as a new version).
     Restore {
@@ -182,11 +186,7 @@ impl Operation {
         checksums: &mut Checksums,
         sidecar: &mut Sidecar,
     ) -> Result<pt::Operation> {
-        let fragments = |list: &[Fragment], checksums: &mut Checksums| -> Vec<pb::DataFragment> {
-            list.iter()
-                .map(|fragment| fragment.to_pb(checksums))
-                .collect()
-        };
+        let fragments = fragments_to_pb;
         let indices =
             |list: &[IndexMetadata], checksums: &mut Checksums| -> Result<Vec<pb::IndexMetadata>> {
                 list.iter()
@@ -211,15 +211,7 @@ impl Operation {
                 new_indices,
                 removed_index_uuids,
             } => {
-                for (at, group) in groups.iter().enumerate() {
-                    if let Some(addresses) = &group.surviving_old_addresses {
-                        sidecar.survivors.push(GroupSurvivors {
-                            // Groups are bounded by fragments (u32 ids).
-                            group: u32::try_from(at).unwrap_or(u32::MAX),
-                            addresses: addresses.clone(),
-                        });
-                    }
-                }
+                record_survivors(sidecar, groups, 0);
                 sidecar.new_index_uuids =
                     uuids_to_bytes(new_indices.iter().map(|index| index.uuid));
                 sidecar.removed_index_uuids = uuids_to_bytes(removed_index_uuids.iter().copied());
@@ -245,10 +237,7 @@ impl Operation {
                 pt::Operation::Rewrite(pt::Rewrite {
                     groups: groups
                         .iter()
-                        .map(|group| pt::rewrite::RewriteGroup {
-                            old_fragments: id_only_fragments(&group.old_fragment_ids),
-                            new_fragments: fragments(&group.new_fragments, checksums),
-                        })
+                        .map(|group| group_to_pb(group, checksums))
                         .collect(),
                     rewritten_indices,
                     ..Default::default()
@@ -276,6 +265,7 @@ impl Operation {
                 map_id,
                 map_size_bytes,
                 map_checksum,
+                relabelled,
             } => {
                 if let Some(id) = map_id {
                     checksums.record(&row_map_path(id), map_checksum.as_ref());
@@ -284,11 +274,17 @@ impl Operation {
                     map_id: map_id.map_or_else(Vec::new, |id| id.as_bytes().to_vec()),
                     map_size_bytes: *map_size_bytes,
                 });
+                // Lance's record: the partition is the first group, the
+                // relabelled runs follow.
+                record_survivors(sidecar, relabelled, 1);
+                let partition = pt::rewrite::RewriteGroup {
+                    old_fragments: id_only_fragments(source_fragment_ids),
+                    new_fragments: fragments(destinations, checksums),
+                };
                 pt::Operation::Rewrite(pt::Rewrite {
-                    groups: vec![pt::rewrite::RewriteGroup {
-                        old_fragments: id_only_fragments(source_fragment_ids),
-                        new_fragments: fragments(destinations, checksums),
-                    }],
+                    groups: std::iter::once(partition)
+                        .chain(relabelled.iter().map(|group| group_to_pb(group, checksums)))
+                        .collect(),
                     ..Default::default()
                 })
             }
@@ -329,14 +325,30 @@ impl Operation {
                         .map(|fragment| fragment.id)
                         .collect()
                 };
+                let survivors: HashMap<u32, &Vec<u8>> = sidecar
+                    .map(|sidecar| {
+                        sidecar
+                            .survivors
+                            .iter()
+                            .map(|entry| (entry.group, &entry.addresses))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let group_at = |at: usize, group: &pt::rewrite::RewriteGroup| {
+                    Ok(RewriteGroup {
+                        old_fragment_ids: old_ids(group),
+                        new_fragments: fragments(&group.new_fragments)?,
+                        surviving_old_addresses: u32::try_from(at)
+                            .ok()
+                            .and_then(|at| survivors.get(&at))
+                            .map(|bytes| (*bytes).clone()),
+                    })
+                };
                 if let Some(partition) = sidecar.and_then(|sidecar| sidecar.partition.as_ref()) {
-                    let [group] = rewrite.groups.as_slice() else {
+                    let Some((group, relabelled)) = rewrite.groups.split_first() else {
                         return Err(Error::corrupt(
                             "manifest",
-                            format!(
-                                "a stable partition records {} groups, not one",
-                                rewrite.groups.len()
-                            ),
+                            "a stable partition records no group".to_string(),
                         ));
                     };
                     let map_id = if partition.map_id.is_empty() {
@@ -356,31 +368,18 @@ impl Operation {
                         map_id,
                         map_size_bytes: partition.map_size_bytes,
                         map_checksum,
+                        relabelled: relabelled
+                            .iter()
+                            .enumerate()
+                            .map(|(at, group)| group_at(at + 1, group))
+                            .collect::<Result<Vec<_>>>()?,
                     });
                 }
-                let survivors: HashMap<u32, &Vec<u8>> = sidecar
-                    .map(|sidecar| {
-                        sidecar
-                            .survivors
-                            .iter()
-                            .map(|entry| (entry.group, &entry.addresses))
-                            .collect()
-                    })
-                    .unwrap_or_default();
                 let groups = rewrite
                     .groups
                     .iter()
                     .enumerate()
-                    .map(|(at, group)| {
-                        Ok(RewriteGroup {
-                            old_fragment_ids: old_ids(group),
-                            new_fragments: fragments(&group.new_fragments)?,
-                            surviving_old_addresses: u32::try_from(at)
-                                .ok()
-                                .and_then(|at| survivors.get(&at))
-                                .map(|bytes| (*bytes).clone()),
-                        })
-                    })
+                    .map(|(at, group)| group_at(at, group))
                     .collect::<Result<Vec<_>>>()?;
                 let (new_uuids, removed_index_uuids) = match sidecar {
                     Some(sidecar) => (
@@ -454,8 +453,13 @@ impl Operation {
                 .collect(),
             Operation::Partition {
                 source_fragment_ids,
+                relabelled,
                 ..
-            } => source_fragment_ids.clone(),
+            } => source_fragment_ids
+                .iter()
+                .chain(relabelled.iter().flat_map(|group| &group.old_fragment_ids))
+                .copied()
+                .collect(),
         }
     }
 }
@@ -480,6 +484,34 @@ fn lance_operation_name(operation: &pt::Operation) -> &'static str {
         pt::Operation::UpdateBases(_) => "UpdateBases",
         pt::Operation::DataOverlay(_) => "DataOverlay",
     }
+}
+
+/// Records the surviving addresses of `groups` in the sidecar, the first of
+/// them being group `first` of the stored Rewrite.
+fn record_survivors(sidecar: &mut Sidecar, groups: &[RewriteGroup], first: usize) {
+    for (at, group) in groups.iter().enumerate() {
+        if let Some(addresses) = &group.surviving_old_addresses {
+            sidecar.survivors.push(GroupSurvivors {
+                // Groups are bounded by fragments (u32 ids).
+                group: u32::try_from(first + at).unwrap_or(u32::MAX),
+                addresses: addresses.clone(),
+            });
+        }
+    }
+}
+
+/// Lance's record of one rewrite group.
+fn group_to_pb(group: &RewriteGroup, checksums: &mut Checksums) -> pt::rewrite::RewriteGroup {
+    pt::rewrite::RewriteGroup {
+        old_fragments: id_only_fragments(&group.old_fragment_ids),
+        new_fragments: fragments_to_pb(&group.new_fragments, checksums),
+    }
+}
+
+fn fragments_to_pb(list: &[Fragment], checksums: &mut Checksums) -> Vec<pb::DataFragment> {
+    list.iter()
+        .map(|fragment| fragment.to_pb(checksums))
+        .collect()
 }
 
 /// Lance records replaced fragments in full; their ids are what a rebase

@@ -59,6 +59,7 @@ fn partition(sources: Vec<u64>, destinations: Vec<Fragment>, map_id: Option<Uuid
         map_size_bytes: if map_id.is_some() { 123 } else { 0 },
         map_id,
         map_checksum: None,
+        relabelled: Vec::new(),
     }
 }
 
@@ -74,7 +75,8 @@ async fn partition_replaces_the_run_in_place_and_round_trips(#[case] map_id: Opt
         .await
         .unwrap();
     let ids: Vec<u64> = committed.fragments().iter().map(|f| f.id).collect();
-    assert_eq!(ids, vec![1, 5, 6, 7, 4]);
+    // 4 follows the destinations under a fresh id, so ids stay sorted.
+    assert_eq!(ids, vec![1, 5, 6, 7, 8]);
     // Decode from storage with a fresh session.
     let reopened = Dataset::open_with(
         committed.uri(),
@@ -92,12 +94,16 @@ async fn partition_replaces_the_run_in_place_and_round_trips(#[case] map_id: Opt
         destinations,
         map_id: stored,
         map_size_bytes,
+        relabelled,
         ..
     } = txn.operation
     else {
         panic!("expected a Partition");
     };
     assert_eq!(source_fragment_ids, vec![2, 3]);
+    assert_eq!(relabelled.len(), 1);
+    assert_eq!(relabelled[0].old_fragment_ids, vec![4]);
+    assert_eq!(relabelled[0].new_fragments[0].id, 8);
     assert_eq!(
         destinations.iter().map(|f| f.id).collect::<Vec<_>>(),
         vec![5, 6, 7]

@@ -117,27 +117,50 @@ impl CommitHook for DeferredRemapHook {
             Operation::Partition {
                 source_fragment_ids,
                 destinations,
-                map_id: Some(map_id),
+                map_id,
                 map_size_bytes,
                 map_checksum,
+                relabelled,
             } => {
                 let read = dataset.checkout_version(txn.read_version).await?;
-                vec![TransitionRecord::new(
-                    source_digests(
-                        &read.manifest().fragment_index(),
-                        read.version(),
-                        source_fragment_ids,
-                    )?,
-                    destinations
-                        .iter()
-                        .map(|f| FragmentDigest::new(f.id, f.physical_rows, 0))
-                        .collect(),
-                    Mapping::StablePartition {
-                        map_id: *map_id,
-                        map_size_bytes: *map_size_bytes,
-                        map_checksum: map_checksum.clone(),
-                    },
-                )?]
+                let mut records = Vec::new();
+                if let Some(map_id) = map_id {
+                    records.push(TransitionRecord::new(
+                        source_digests(
+                            &read.manifest().fragment_index(),
+                            read.version(),
+                            source_fragment_ids,
+                        )?,
+                        destinations
+                            .iter()
+                            .map(|f| FragmentDigest::new(f.id, f.physical_rows, 0))
+                            .collect(),
+                        Mapping::StablePartition {
+                            map_id: *map_id,
+                            map_size_bytes: *map_size_bytes,
+                            map_checksum: map_checksum.clone(),
+                        },
+                    )?);
+                }
+                // The fragments after the run that the commit relabelled
+                // move like compacted rows (one ordered transition per run).
+                let relabelled_ids: Vec<u64> = relabelled
+                    .iter()
+                    .flat_map(|group| group.old_fragment_ids.iter().copied())
+                    .collect();
+                if !relabelled_ids.is_empty() && needs_history(candidate, current, &relabelled_ids)
+                {
+                    records.extend(ordered_records(
+                        read.manifest(),
+                        dataset.manifest(),
+                        relabelled,
+                        assigned.get(1..).unwrap_or_default(),
+                    )?);
+                }
+                if records.is_empty() {
+                    return Ok(());
+                }
+                records
             }
             _ => return Ok(()),
         };

@@ -11,7 +11,8 @@
 //!    deleted row) to the row map `_fri/<map_id>/stable_partition.lance`.
 //!
 //! The commit (`Operation::Partition`) replaces the sources' run in place by
-//! the destinations. A row map is written and a transition recorded whenever a
+//! the destinations, relabelling the fragments after the run so ids stay
+//! sorted (docs/format.md "Relabelled fragments"). A row map is written and a transition recorded whenever a
 //! user index segment covers a source or the table already has an FRI history;
 //! otherwise no index can hold the sources' addresses and nothing needs
 //! translating, so neither is written.
@@ -157,6 +158,7 @@ pub async fn partition_fragments(
             map_id,
             map_size_bytes: written.map_size_bytes,
             map_checksum: written.map_checksum,
+            relabelled: Vec::new(),
         }
     };
     let hook = DeferredRemapHook::new(HistoryFormat::Tagged);

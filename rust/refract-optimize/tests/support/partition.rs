@@ -22,6 +22,24 @@ pub fn destinations(dataset: &Dataset) -> Vec<u64> {
     }
 }
 
+/// The (old, new) ids of the fragments the latest commit (a Partition)
+/// relabelled, in list order.
+pub fn relabelled(dataset: &Dataset) -> Vec<(u64, u64)> {
+    match &dataset.manifest().transaction.as_ref().unwrap().operation {
+        Operation::Partition { relabelled, .. } => relabelled
+            .iter()
+            .flat_map(|group| {
+                group
+                    .old_fragment_ids
+                    .iter()
+                    .zip(&group.new_fragments)
+                    .map(|(old, new)| (*old, new.id))
+            })
+            .collect(),
+        other => panic!("expected a Partition, got {}", other.name()),
+    }
+}
+
 /// (id, cat) of every row of `fragment`, in scan order.
 pub async fn fragment_rows(dataset: &Dataset, fragment: u64) -> Vec<(i64, Option<i32>)> {
     let batches: Vec<RecordBatch> = dataset
@@ -61,16 +79,43 @@ pub async fn check_partition(
 ) {
     let dests = destinations(after);
     assert_eq!(metrics.fragments_added, dests.len() as u64);
-    // Positional: the run is replaced in place.
+    // Positional: the run is replaced in place; the fragments after it live
+    // on under fresh ids (same files), so ids stay sorted.
     let old: Vec<u64> = before.fragments().iter().map(|f| f.id).collect();
     let start = old.iter().position(|id| *id == sources[0]).unwrap();
+    let tail = &old[start + sources.len()..];
+    let relabels = relabelled(after);
+    assert_eq!(
+        relabels.iter().map(|(old, _)| *old).collect::<Vec<_>>(),
+        if dests.is_empty() {
+            vec![]
+        } else {
+            tail.to_vec()
+        }
+    );
     let mut expected = old[..start].to_vec();
     expected.extend(&dests);
-    expected.extend(&old[start + sources.len()..]);
-    assert_eq!(
-        after.fragments().iter().map(|f| f.id).collect::<Vec<_>>(),
-        expected
+    expected.extend(relabels.iter().map(|(_, new)| *new));
+    if dests.is_empty() {
+        expected.extend(tail);
+    }
+    let listed: Vec<u64> = after.fragments().iter().map(|f| f.id).collect();
+    assert_eq!(listed, expected);
+    assert!(
+        listed.windows(2).all(|w| w[0] < w[1]),
+        "ids sorted: {listed:?}"
     );
+    for (old_id, new_id) in &relabels {
+        let files = |dataset: &Dataset, id: u64| {
+            let fragment = dataset.fragments().iter().find(|f| f.id == id).unwrap();
+            (
+                fragment.files.clone(),
+                fragment.physical_rows,
+                fragment.num_deleted_rows(),
+            )
+        };
+        assert_eq!(files(before, *old_id), files(after, *new_id));
+    }
 
     let before_rows = addressed_ids(before, sources).await;
     let mut all = Vec::new();

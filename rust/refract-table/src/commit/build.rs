@@ -88,7 +88,7 @@ pub(crate) fn build_candidate(
             new_indices,
             removed_index_uuids,
         } => {
-            let groups = apply_rewrite(&mut next, groups, &mut ids, &mut assigned, true)?;
+            let groups = apply_rewrite(&mut next, groups, &mut ids, &mut assigned)?;
             apply_index_changes(&mut next, new_indices, removed_index_uuids)?;
             Operation::Rewrite {
                 groups,
@@ -109,14 +109,17 @@ pub(crate) fn build_candidate(
             map_id,
             map_size_bytes,
             map_checksum,
+            relabelled: _,
         } => {
-            // Positionally a partition is one rewrite group: the run is replaced in place.
+            // Positionally a partition is one rewrite group: the run is
+            // replaced in place; the groups after it are relabelled runs.
             let run = RewriteGroup {
                 old_fragment_ids: source_fragment_ids.clone(),
                 new_fragments: destinations.clone(),
                 surviving_old_addresses: None,
             };
-            let applied = apply_rewrite(&mut next, &[run], &mut ids, &mut assigned, false)?;
+            let mut applied = apply_rewrite(&mut next, &[run], &mut ids, &mut assigned)?;
+            let relabelled = applied.split_off(1);
             Operation::Partition {
                 source_fragment_ids: source_fragment_ids.clone(),
                 destinations: applied
@@ -126,6 +129,7 @@ pub(crate) fn build_candidate(
                 map_id: *map_id,
                 map_size_bytes: *map_size_bytes,
                 map_checksum: map_checksum.clone(),
+                relabelled,
             }
         }
         Operation::Lance { name } => {
@@ -181,8 +185,8 @@ fn apply_delete(next: &mut Manifest, updated: &[Fragment], removed: &[u64]) -> R
 ///
 /// Lance requires the fragment list sorted by id (pylance's `validate()`, and
 /// every pylance commit re-sorts it). New fragments take ids above the
-/// high-water mark, so when `relabel` is set every fragment after the first
-/// replaced run is *relabelled*: it keeps its data and deletion files under a
+/// high-water mark, so every fragment after the first replaced run is
+/// *relabelled*: it keeps its data and deletion files under a
 /// fresh id. Each run of relabelled fragments is recorded as an extra group,
 /// after the given ones, with every physical row surviving (an identity
 /// remap), so indices and the FRI move its rows like any rewritten row (one
@@ -192,7 +196,6 @@ fn apply_rewrite(
     groups: &[RewriteGroup],
     ids: &mut IdAllocator,
     assigned: &mut Vec<Vec<u64>>,
-    relabel: bool,
 ) -> Result<Vec<RewriteGroup>> {
     let mut seen = HashSet::new();
     for id in groups.iter().flat_map(|group| &group.old_fragment_ids) {
@@ -255,7 +258,7 @@ fn apply_rewrite(
                 relabels: &mut Vec<Vec<(Fragment, Fragment)>>|
      -> Result<()> {
         let sorted = out.last().is_none_or(|last| last.id < fragment.id);
-        if !relabel || sorted {
+        if sorted {
             out.push(fragment);
             return Ok(());
         }
@@ -554,6 +557,49 @@ mod tests {
         .unwrap();
         assert_eq!(ids(&candidate.manifest), vec![1, 4]);
         assert_eq!(candidate.assigned, vec![vec![4]]);
+    }
+
+    #[test]
+    fn a_partition_before_the_tail_relabels_what_follows() {
+        let base = manifest(&[1, 2, 3, 4], 4);
+        let candidate = build(
+            &base,
+            Operation::Partition {
+                source_fragment_ids: vec![2],
+                destinations: vec![fragment(0, 4), fragment(0, 6)],
+                map_id: None,
+                map_size_bytes: 0,
+                map_checksum: None,
+                relabelled: vec![],
+            },
+        )
+        .unwrap();
+        assert_eq!(ids(&candidate.manifest), vec![1, 5, 6, 7, 8]);
+        assert_eq!(candidate.assigned, vec![vec![5, 6], vec![7, 8]]);
+        let Some(txn) = &candidate.manifest.transaction else {
+            panic!("the candidate records its transaction");
+        };
+        let Operation::Partition {
+            destinations,
+            relabelled,
+            ..
+        } = &txn.operation
+        else {
+            panic!("a Partition stays a Partition");
+        };
+        assert_eq!(
+            destinations.iter().map(|f| f.id).collect::<Vec<_>>(),
+            [5, 6]
+        );
+        assert_eq!(relabelled.len(), 1);
+        assert_eq!(relabelled[0].old_fragment_ids, vec![3, 4]);
+        assert_eq!(
+            relabelled[0].new_fragments[1].files,
+            base.fragments[3].files
+        );
+        // Lance's record round-trips: partition group first, relabelled runs after.
+        let decoded = Manifest::decode(&candidate.manifest.encode().unwrap()).unwrap();
+        assert_eq!(decoded.transaction, candidate.manifest.transaction);
     }
 
     #[test]

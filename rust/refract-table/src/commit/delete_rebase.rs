@@ -12,7 +12,8 @@
 //!   chain. A row with no destination was deleted before the rewrite captured
 //!   its survivors: nothing is left to do for it;
 //! - a Partition replacing the fragment: a retryable conflict. Its row map is
-//!   read by refract-reader, which this crate cannot depend on.
+//!   read by refract-reader, which this crate cannot depend on. The fragments
+//!   a Partition relabelled are followed like a Rewrite's groups.
 //!
 //! Each fragment still holding rows then gets the union of its latest vector
 //! and those rows as a new deletion file, or leaves the manifest when no row
@@ -95,6 +96,7 @@ pub(super) async fn rebase_delete(
             }
             Operation::Partition {
                 source_fragment_ids,
+                relabelled,
                 ..
             } => {
                 if source_fragment_ids
@@ -108,6 +110,16 @@ pub(super) async fn rebase_delete(
                         ),
                         true,
                     ));
+                }
+                if !relabelled.is_empty() {
+                    let previous = match i.checked_sub(1) {
+                        Some(before) => intervening[before].clone(),
+                        None => walk.base().await?,
+                    };
+                    for group in relabelled {
+                        walk.through_group(group, theirs, manifest.version, &previous)
+                            .await?;
+                    }
                 }
             }
             Operation::Lance { name } => {

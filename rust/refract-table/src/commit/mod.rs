@@ -185,7 +185,18 @@ async fn rename_renumbered_deletions(store: &DatasetStore, manifest: &mut Manife
             .iter_mut()
             .flat_map(|group| group.new_fragments.iter_mut())
             .collect(),
-        Operation::Partition { destinations, .. } => destinations.iter_mut().collect(),
+        Operation::Partition {
+            destinations,
+            relabelled,
+            ..
+        } => destinations
+            .iter_mut()
+            .chain(
+                relabelled
+                    .iter_mut()
+                    .flat_map(|group| group.new_fragments.iter_mut()),
+            )
+            .collect(),
         Operation::CreateIndex { .. } | Operation::Restore { .. } | Operation::Lance { .. } => {
             Vec::new()
         }

@@ -269,6 +269,7 @@ fn partition_of(sources: Vec<u64>, destinations: Vec<Fragment>) -> Operation {
         map_id: None,
         map_size_bytes: 0,
         map_checksum: None,
+        relabelled: Vec::new(),
     }
 }
 
@@ -283,10 +284,16 @@ async fn destinations(dataset: &Dataset, rows: usize) -> Vec<Fragment> {
 }
 
 #[rstest]
-#[case::partition_of_its_fragment(&[2], true)]
-#[case::partition_elsewhere(&[4], false)]
+#[case::partition_of_its_fragment(&[2], true, 0)]
+#[case::partition_after_it(&[4], false, 2)]
+// Fragment 2 follows the destination 5 relabelled 6: the delete follows it.
+#[case::partition_before_it(&[1], false, 6)]
 #[tokio::test]
-async fn delete_racing_a_partition(#[case] sources: &[u64], #[case] conflicts: bool) {
+async fn delete_racing_a_partition(
+    #[case] sources: &[u64],
+    #[case] conflicts: bool,
+    #[case] followed_id: u64,
+) {
     let location = location(Backend::Memory);
     let base = create_with_rows(&location.uri, 40, 10).await;
     let mut deleter = base.clone();
@@ -299,7 +306,20 @@ async fn delete_racing_a_partition(#[case] sources: &[u64], #[case] conflicts: b
     match deleter.delete("id = 15").await {
         Ok(_) => {
             assert!(!conflicts);
-            assert_eq!(deletion_counts(&deleter)[1], (2, 1));
+            assert_eq!(deletion_counts(&deleter)[1], (followed_id, 1));
+            // Rows in list order: the partition's rows in place of its source.
+            let expected: Vec<i64> = (1..=4u64)
+                .flat_map(|fragment| {
+                    let first = if sources.contains(&fragment) {
+                        1_000
+                    } else {
+                        (fragment as i64 - 1) * 10
+                    };
+                    first..first + 10
+                })
+                .filter(|id| *id != 15)
+                .collect();
+            assert_eq!(scan_ids(&deleter).await, expected);
         }
         Err(err) => {
             assert!(conflicts, "{err}");
