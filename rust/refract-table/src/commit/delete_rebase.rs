@@ -85,14 +85,7 @@ pub(super) async fn rebase_delete(
         match &theirs.operation {
             Operation::Delete { .. } => walk.mark_merged(&theirs.operation.touched_fragment_ids()),
             Operation::Rewrite { groups, .. } => {
-                let previous = match i.checked_sub(1) {
-                    Some(before) => intervening[before].clone(),
-                    None => walk.base().await?,
-                };
-                for group in groups {
-                    walk.through_group(group, theirs, manifest.version, &previous)
-                        .await?;
-                }
+                walk.through_groups(groups, theirs, intervening, i).await?;
             }
             Operation::Partition {
                 source_fragment_ids,
@@ -111,16 +104,8 @@ pub(super) async fn rebase_delete(
                         true,
                     ));
                 }
-                if !relabelled.is_empty() {
-                    let previous = match i.checked_sub(1) {
-                        Some(before) => intervening[before].clone(),
-                        None => walk.base().await?,
-                    };
-                    for group in relabelled {
-                        walk.through_group(group, theirs, manifest.version, &previous)
-                            .await?;
-                    }
-                }
+                walk.through_groups(relabelled, theirs, intervening, i)
+                    .await?;
             }
             Operation::Lance { name } => {
                 return Err(Error::conflict(
@@ -220,6 +205,29 @@ impl<'a> Walk<'a> {
 
     /// Moves the rows tracked in `group`'s old fragments onto its new fragments.
     /// `previous` is the manifest the rewrite was applied to.
+    /// Follows our rows through `groups` of the commit `intervening[at]`
+    /// (whose transaction is `theirs`), against the version before it.
+    async fn through_groups(
+        &mut self,
+        groups: &[RewriteGroup],
+        theirs: &Transaction,
+        intervening: &[Arc<Manifest>],
+        at: usize,
+    ) -> Result<()> {
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let previous = match at.checked_sub(1) {
+            Some(before) => intervening[before].clone(),
+            None => self.base().await?,
+        };
+        for group in groups {
+            self.through_group(group, theirs, intervening[at].version, &previous)
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn through_group(
         &mut self,
         group: &RewriteGroup,
