@@ -53,13 +53,16 @@ impl IndexRegistry {
         Self::default()
     }
 
-    /// The built-in types: btree, bitmap, ngram, ivf_flat.
+    /// The built-in types: btree, bitmap, ngram, ivf_flat, and the remap of
+    /// pylance's BTREE and BITMAP ([`crate::types::lance`]).
     pub fn with_builtins() -> Self {
         let mut registry = Self::empty();
         registry.register(Arc::new(crate::types::btree::BTreeIndexType));
         registry.register(Arc::new(crate::types::bitmap::BitmapIndexType));
         registry.register(Arc::new(crate::types::ngram::NgramIndex));
         registry.register(Arc::new(crate::types::ivf_flat::IvfFlatIndex));
+        registry.register(Arc::new(crate::types::lance::LanceBTreeIndex::new()));
+        registry.register(Arc::new(crate::types::lance::LanceBitmapIndex::new()));
         registry
     }
 
@@ -128,6 +131,15 @@ impl RegisteredType {
     pub fn index_version(&self) -> u32 {
         match self {
             RegisteredType::Streaming(t) => t.index_version(),
+            RegisteredType::Legacy(t) => t.index_version(),
+        }
+    }
+
+    /// The index version a remap of a segment stored at `stored` records
+    /// (see [`IndexType::remapped_index_version`]).
+    pub fn remapped_index_version(&self, stored: u32) -> u32 {
+        match self {
+            RegisteredType::Streaming(t) => t.remapped_index_version(stored),
             RegisteredType::Legacy(t) => t.index_version(),
         }
     }

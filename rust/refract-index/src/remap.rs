@@ -13,6 +13,7 @@ use refract_core::materialize::{materialize, MaterializeBudget};
 use refract_core::{Error, Result, RowAddrRemap};
 use std::sync::Arc;
 
+use refract_table::format::LanceIndexFields;
 use refract_table::io::{index_dir, FileJournal};
 use refract_table::{Dataset, IndexMetadata, Manifest};
 use roaring::RoaringBitmap;
@@ -51,6 +52,9 @@ pub enum DeclineReason {
     /// The legacy fallback needs row counts (of a fragment, or of the
     /// segment's stored fragments) that are no longer known.
     RowsUnknown,
+    /// The type does not remap this segment's layout or index version
+    /// (NotSupported before anything was written).
+    UnsupportedLayout,
 }
 
 /// A segment that was not remapped, for reports.
@@ -108,10 +112,22 @@ pub async fn remap_segment(
     let journal = Arc::new(FileJournal::new());
     let ctx = &ctx.for_segment(meta).recording(journal.clone());
     let details = match registered {
-        RegisteredType::Streaming(t) => t
-            .remap(ctx, &old_dir, &meta.details, &new_dir, translator)
-            .await
-            .map_err(|err| name_segment(t.name(), &old_dir, err))?,
+        RegisteredType::Streaming(t) => {
+            let remapped = match t.check_index_version(meta.index_version) {
+                Ok(()) => {
+                    t.remap(ctx, &old_dir, &meta.details, &new_dir, translator)
+                        .await
+                }
+                Err(err) => Err(err),
+            };
+            match remapped {
+                Ok(details) => details,
+                Err(err @ Error::NotSupported { .. }) => {
+                    return Ok(skip(meta, DeclineReason::UnsupportedLayout, &err))
+                }
+                Err(err) => return Err(name_segment(t.name(), &old_dir, err)),
+            }
+        }
         RegisteredType::Legacy(t) => {
             let stored: Option<Vec<u64>> = meta
                 .fragment_bitmap
@@ -144,10 +160,13 @@ pub async fn remap_segment(
         fragment_bitmap: Some(new_coverage),
         index_type: meta.index_type.clone(),
         details,
-        index_version: registered.index_version(),
+        index_version: registered.remapped_index_version(meta.index_version),
         dataset_version: options.dataset_version,
         files: journal.take_under(&new_dir),
-        lance: Default::default(),
+        lance: LanceIndexFields {
+            metadata: meta.lance.metadata.clone(),
+            ..LanceIndexFields::default()
+        },
     })))
 }
 

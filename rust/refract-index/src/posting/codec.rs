@@ -81,3 +81,53 @@ fn header<'a>(bytes: &'a [u8], what: &str) -> Result<(u32, usize, &'a [u8])> {
     let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
     Ok((high, len, tail))
 }
+
+/// Lance's form of a posting (`RowAddrTreeMap`, which pylance's BITMAP index
+/// stores): a `u32 LE` part count, then the parts of [`encode`]. A part of
+/// length zero means "every row of the fragment", which Lance's own remap
+/// cannot translate either.
+pub mod lance {
+    use super::*;
+
+    /// Encodes `posting` in Lance's form.
+    pub fn encode(posting: &RoaringTreemap) -> Vec<u8> {
+        let parts = super::encode(posting);
+        let count = posting.bitmaps().filter(|(_, b)| !b.is_empty()).count();
+        let mut out = Vec::with_capacity(4 + parts.len());
+        // At most 2^32 fragments (the high halves of u64 addresses).
+        out.extend_from_slice(&(count as u32).to_le_bytes());
+        out.extend_from_slice(&parts);
+        out
+    }
+
+    /// The parts of a posting in Lance's form, checked against its count,
+    /// ready for [`decode`](super::decode) or
+    /// [`translate_encoded`](crate::posting::translate_encoded).
+    ///
+    /// # Errors
+    /// Corrupt, naming `what`, for a missing or wrong count, truncated or
+    /// unordered parts; NotSupported for a whole-fragment part.
+    pub fn parts<'a>(bytes: &'a [u8], what: &str) -> Result<&'a [u8]> {
+        let (count, body) = bytes
+            .split_first_chunk::<4>()
+            .ok_or_else(|| Error::corrupt(what, "posting shorter than its part count"))?;
+        let count = u32::from_le_bytes(*count);
+        let (mut seen, mut previous, mut rest) = (0u32, None, body);
+        while !rest.is_empty() {
+            let (high, part, next) = split_part(rest, previous, what)?;
+            if part.is_empty() {
+                return Err(Error::not_supported(format!(
+                    "{what}: posting selects every row of fragment {high}"
+                )));
+            }
+            (seen, previous, rest) = (seen.saturating_add(1), Some(high), next);
+        }
+        if seen != count {
+            return Err(Error::corrupt(
+                what,
+                format!("posting declares {count} parts and holds {seen}"),
+            ));
+        }
+        Ok(body)
+    }
+}

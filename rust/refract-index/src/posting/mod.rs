@@ -36,4 +36,4 @@ pub mod translate;
 pub use assembler::TreemapAssembler;
 pub use codec::{decode, encode};
 pub use memo::{TranslationMemo, PARALLEL_MIN_ADDRESSES};
-pub use translate::{translate_encoded, TranslateScratch};
+pub use translate::{translate_encoded, translate_many, TranslateScratch};

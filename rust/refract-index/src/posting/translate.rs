@@ -121,3 +121,38 @@ pub(super) fn translate_checked(
     }
     Ok(())
 }
+
+/// Translates the encoded `postings` (see [`translate_encoded`]) in order. A translator that answers
+/// from memory ([`TranslatorFastPaths::worth_memoizing`](refract_core::TranslatorFastPaths::worth_memoizing) is false) is shared by two
+/// threads, each translating half of the postings; others are called from
+/// this thread only.
+///
+/// # Errors
+/// As [`translate_encoded`]; InvalidInput when a thread panics.
+pub fn translate_many(
+    postings: &[&[u8]],
+    what: &str,
+    translator: &dyn Translator,
+    scratch: &mut TranslateScratch,
+) -> Result<Vec<RoaringTreemap>> {
+    let translate = |part: &[&[u8]], scratch: &mut TranslateScratch| -> Result<Vec<_>> {
+        part.iter()
+            .map(|bytes| translate_encoded(bytes, what, translator, scratch))
+            .collect()
+    };
+    if translator.worth_memoizing() || postings.len() < 2 {
+        return translate(postings, scratch);
+    }
+    // A dense posting is a few bytes of runs, so bytes say little about the
+    // work: halves by count.
+    let (first, second) = postings.split_at(postings.len() / 2);
+    let (head, tail) = std::thread::scope(|threads| {
+        let tail = threads.spawn(|| translate(second, &mut TranslateScratch::default()));
+        (translate(first, scratch), tail.join())
+    });
+    let tail =
+        tail.map_err(|_| Error::invalid_input(format!("{what}: a remap thread panicked")))?;
+    let mut all = head?;
+    all.extend(tail?);
+    Ok(all)
+}

@@ -31,6 +31,7 @@ pub mod btree;
 pub(crate) mod encoding_hints;
 pub mod entries;
 pub mod ivf_flat;
+pub mod lance;
 pub mod ngram;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -156,6 +157,26 @@ pub trait IndexType: Send + Sync {
 
     /// True if the type can index a column of `data_type`.
     fn supports(&self, data_type: &DataType) -> bool;
+
+    /// The index version a remap of a segment stored at version `stored`
+    /// records: [`IndexType::index_version`] (a remap writes the current
+    /// layout) unless the type keeps the segment's own.
+    fn remapped_index_version(&self, stored: u32) -> u32 {
+        let _ = stored;
+        self.index_version()
+    }
+
+    /// Whether a segment stored at index version `stored` can be remapped;
+    /// checked before anything is written. NotSupported makes the remap
+    /// decline (the segment keeps translating through the fragment-reuse
+    /// index).
+    ///
+    /// # Errors
+    /// NotSupported for a version the type does not remap.
+    fn check_index_version(&self, stored: u32) -> Result<()> {
+        let _ = stored;
+        Ok(())
+    }
 
     /// Builds a segment from batches with two columns, the value column (named
     /// as the indexed column) and `_rowaddr` (UInt64), in scan order. Writes its

@@ -250,6 +250,7 @@ async fn rewrite(
                     DeclineReason::UnknownIndexType => SkipReason::UnknownIndexType,
                     DeclineReason::OverBudget => SkipReason::OverBudget,
                     DeclineReason::RowsUnknown => SkipReason::RowsUnknown,
+                    DeclineReason::UnsupportedLayout => SkipReason::UnsupportedLayout,
                 },
                 message,
             },

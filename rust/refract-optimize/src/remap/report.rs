@@ -19,6 +19,8 @@ pub enum SkipReason {
     RowsUnknown,
     /// The segment's index type is not registered in this process.
     UnknownIndexType,
+    /// The type does not remap this segment's layout or index version.
+    UnsupportedLayout,
 }
 
 /// Why a segment was left as it is.

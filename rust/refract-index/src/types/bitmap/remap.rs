@@ -7,18 +7,18 @@
 //! posting (millions of rows compressed into a few KiB) never expands into a
 //! row-count-sized buffer. Every row sits in exactly one posting, so each
 //! address is translated once without a memo. Through an in-memory
-//! translator, the postings of a read batch are translated on two threads.
+//! translator, the postings of a read batch are translated on two threads
+//! ([`translate_many`]).
 
 use futures::TryStreamExt;
 use refract_core::{Error, Result};
 use refract_table::io::ReadOptions;
 use refract_table::io::{LanceFileReader, RelativePath};
-use roaring::RoaringTreemap;
 
 use super::reader::{check_schema, posting_bytes, WHAT};
 use super::{BitmapDetails, BitmapWriter, BITMAP_FILE, ROWS_PER_BATCH, VALUE_COLUMN};
 use crate::keys::KeyColumn;
-use crate::posting::{translate_encoded, TranslateScratch};
+use crate::posting::{translate_many, TranslateScratch};
 use crate::types::{IndexContext, Translator};
 
 /// Rewrites the bitmap segment at `old_dir` into `new_dir` through `translator`.
@@ -65,40 +65,10 @@ pub(crate) async fn remap(
             .iter()
             .map(|bytes| bytes.unwrap_or_default())
             .collect();
-        let translated = translate_all(&old, translator, &mut scratch)?;
+        let translated = translate_many(&old, WHAT, translator, &mut scratch)?;
         for (i, new) in translated.iter().enumerate() {
             writer.push(keys.key_at(i), new).await?;
         }
     }
     writer.finish().await
-}
-
-/// Translates the encoded `postings` in order. A translator that answers
-/// from memory ([`TranslatorFastPaths::worth_memoizing`](refract_core::TranslatorFastPaths::worth_memoizing) is false) is shared by two
-/// threads, each translating half of the postings; others are called from
-/// this thread only.
-fn translate_all(
-    postings: &[&[u8]],
-    translator: &dyn Translator,
-    scratch: &mut TranslateScratch,
-) -> Result<Vec<RoaringTreemap>> {
-    let translate = |part: &[&[u8]], scratch: &mut TranslateScratch| -> Result<Vec<_>> {
-        part.iter()
-            .map(|bytes| translate_encoded(bytes, WHAT, translator, scratch))
-            .collect()
-    };
-    if translator.worth_memoizing() || postings.len() < 2 {
-        return translate(postings, scratch);
-    }
-    // A dense posting is a few bytes of runs, so bytes say little about the
-    // work: halves by count.
-    let (first, second) = postings.split_at(postings.len() / 2);
-    let (head, tail) = std::thread::scope(|threads| {
-        let tail = threads.spawn(|| translate(second, &mut TranslateScratch::default()));
-        (translate(first, scratch), tail.join())
-    });
-    let tail = tail.map_err(|_| Error::invalid_input("a bitmap remap thread panicked"))?;
-    let mut all = head?;
-    all.extend(tail?);
-    Ok(all)
 }

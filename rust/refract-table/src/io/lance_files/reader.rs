@@ -388,6 +388,17 @@ impl LanceFileReader {
         self.inner.schema.clone()
     }
 
+    /// The file format version the file was written in (from its footer), so
+    /// a rewrite of another writer's file can keep it.
+    ///
+    /// # Errors
+    /// Corrupt when the footer names a version Lance does not know.
+    pub fn file_version(&self) -> Result<ConcreteFileVersion> {
+        let metadata = self.inner.reader.metadata();
+        ConcreteFileVersion::from_footer_numbers(metadata.major_version, metadata.minor_version)
+            .map_err(|e| Error::corrupt(format!("Lance file {}", self.inner.path), e.to_string()))
+    }
+
     /// The Lance projection for `columns` (all columns when `None`) and its Arrow schema.
     pub(super) fn projection(
         &self,

@@ -47,9 +47,25 @@ impl LanceFileWriter {
         schema: SchemaRef,
         layout: PageLayout,
     ) -> Result<Self> {
+        Self::create_versioned(store, path, schema, layout, FILE_VERSION).await
+    }
+
+    /// [`Self::create`] in file format `version` instead of Refract's own:
+    /// for rewrites of another Lance writer's files (pylance's index files
+    /// are v2.0) that must keep their layout.
+    ///
+    /// # Errors
+    /// As [`Self::create`].
+    pub async fn create_versioned(
+        store: &DatasetStore,
+        path: &RelativePath,
+        schema: SchemaRef,
+        layout: PageLayout,
+        version: ConcreteFileVersion,
+    ) -> Result<Self> {
         let lance_schema = lance_core::datatypes::Schema::try_from(schema.as_ref())
             .map_err(|e| Error::invalid_input(format!("schema of Lance file {path}: {e}")))?;
-        Self::create_with_schema(store, path, schema, lance_schema, layout).await
+        Self::create_with_schema(store, path, schema, lance_schema, layout, version).await
     }
 
     /// Starts a data file of a table with `table_schema`: the file's field
@@ -65,7 +81,7 @@ impl LanceFileWriter {
     ) -> Result<Self> {
         let lance_schema = table_schema.to_lance()?;
         let schema = Arc::new(arrow_schema::Schema::from(&lance_schema));
-        Self::create_with_schema(store, path, schema, lance_schema, layout).await
+        Self::create_with_schema(store, path, schema, lance_schema, layout, FILE_VERSION).await
     }
 
     async fn create_with_schema(
@@ -74,6 +90,7 @@ impl LanceFileWriter {
         schema: SchemaRef,
         lance_schema: lance_core::datatypes::Schema,
         layout: PageLayout,
+        version: ConcreteFileVersion,
     ) -> Result<Self> {
         let options = match layout {
             PageLayout::Buffered => FileWriterOptions::default(),
@@ -104,10 +121,28 @@ impl LanceFileWriter {
                         .unwrap_or(usize::MAX)
                         .max(store.min_part_bytes()),
                 };
-                return Self::create_into(store, path, schema, lance_schema, options, sink).await;
+                return Self::create_into(
+                    store,
+                    path,
+                    schema,
+                    lance_schema,
+                    options,
+                    sink,
+                    version,
+                )
+                .await;
             }
         };
-        Self::create_into(store, path, schema, lance_schema, options, Sink::Lance).await
+        Self::create_into(
+            store,
+            path,
+            schema,
+            lance_schema,
+            options,
+            Sink::Lance,
+            version,
+        )
+        .await
     }
 
     async fn create_into(
@@ -117,6 +152,7 @@ impl LanceFileWriter {
         lance_schema: lance_core::datatypes::Schema,
         options: FileWriterOptions,
         sink: Sink,
+        version: ConcreteFileVersion,
     ) -> Result<Self> {
         ensure_absent(store, path).await?;
         let object_writer: Box<dyn lance_io::traits::Writer> = match sink {
@@ -134,7 +170,7 @@ impl LanceFileWriter {
         let checksum = ChecksumHandle::default();
         let object_writer = ChecksummingWriter::new(object_writer, checksum.clone());
         let inner =
-            versions::create_writer(FILE_VERSION, Box::new(object_writer), lance_schema, options)
+            versions::create_writer(version, Box::new(object_writer), lance_schema, options)
                 .map_err(|e| lance_error("creating", path, e, false))?;
         Ok(LanceFileWriter {
             inner,
