@@ -3,10 +3,10 @@ the test S3 server: pylance builds an index, Refract maintains the table, and
 pylance's indexed queries still equal its scans, `validate()` passes and
 `list_indices()` keeps names and fields.
 
-BTREE and BITMAP are remapped inline (Refract rewrites their files in
-pylance's layout: no fragment-reuse history is left behind); NGRAM,
-LABEL_LIST and INVERTED are not rewritten, so a compaction records the
-transition in Lance's fragment reuse index and pylance translates through it.
+BTREE, BITMAP and NGRAM are remapped inline (Refract rewrites their files in
+pylance's layout: no fragment-reuse history is left behind); LABEL_LIST and
+INVERTED are not rewritten, so a compaction records the transition in Lance's
+fragment reuse index and pylance translates through it.
 """
 
 import os
@@ -56,7 +56,7 @@ INDEXED = {
     }),
     "INVERTED": ("name", {}),
 }
-REMAPPED_INLINE = {"BTREE", "BITMAP"}
+REMAPPED_INLINE = {"BTREE", "BITMAP", "NGRAM"}
 
 
 def pylance_table(uri, options, index_type):
@@ -199,7 +199,11 @@ def test_a_damaged_pylance_index_file_is_refused_and_nothing_commits(tmp_path, i
     theirs = pylance(uri, None)
     version = theirs.version
     index_dir = os.path.join(uri, "_indices", str(theirs.describe_indices()[0].segments[0].uuid))
-    name = "page_lookup.lance" if index_type == "BTREE" else "bitmap_page_lookup.lance"
+    name = {
+        "BTREE": "page_lookup.lance",
+        "BITMAP": "bitmap_page_lookup.lance",
+        "NGRAM": "ngram_postings.lance",
+    }[index_type]
     path = os.path.join(index_dir, name)
     # pylance records no checksum: a truncated file (its footer gone) must
     # still be refused, not rewritten into a new version.

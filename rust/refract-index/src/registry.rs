@@ -54,7 +54,7 @@ impl IndexRegistry {
     }
 
     /// The built-in types: btree, bitmap, ngram, ivf_flat, and the remap of
-    /// pylance's BTREE and BITMAP ([`crate::types::lance`]).
+    /// pylance's BTREE, BITMAP and NGRAM ([`crate::types::lance`]).
     pub fn with_builtins() -> Self {
         let mut registry = Self::empty();
         registry.register(Arc::new(crate::types::btree::BTreeIndexType));
@@ -63,6 +63,7 @@ impl IndexRegistry {
         registry.register(Arc::new(crate::types::ivf_flat::IvfFlatIndex));
         registry.register(Arc::new(crate::types::lance::LanceBTreeIndex::new()));
         registry.register(Arc::new(crate::types::lance::LanceBitmapIndex::new()));
+        registry.register(Arc::new(crate::types::lance::LanceNgramIndex::new()));
         registry
     }
 

@@ -20,11 +20,12 @@
 //! a disagreement is Corrupt and nothing is committed.
 //!
 //! One skeleton ([`LanceIndex`]) serves every layout ([`LanceLayout`]):
-//! [`btree`] (`page_data.lance` + `page_lookup.lance`) and [`bitmap`]
-//! (`bitmap_page_lookup.lance`).
+//! [`btree`] (`page_data.lance` + `page_lookup.lance`), [`bitmap`]
+//! (`bitmap_page_lookup.lance`) and [`ngram`] (`ngram_postings.lance`).
 
 pub mod bitmap;
 pub mod btree;
+pub mod ngram;
 #[cfg(test)]
 mod tests;
 
@@ -77,6 +78,8 @@ pub struct LanceIndex<L>(std::marker::PhantomData<L>);
 pub type LanceBTreeIndex = LanceIndex<btree::BTreeLayout>;
 /// pylance's BITMAP.
 pub type LanceBitmapIndex = LanceIndex<bitmap::BitmapLayout>;
+/// pylance's NGRAM.
+pub type LanceNgramIndex = LanceIndex<ngram::NgramLayout>;
 
 impl<L> LanceIndex<L> {
     /// The type.

@@ -14,7 +14,7 @@ use roaring::RoaringTreemap;
 
 use super::bitmap::BITMAP_LOOKUP_FILE;
 use super::btree::{PAGE_DATA_FILE, PAGE_LOOKUP_FILE};
-use super::{LanceBTreeIndex, LanceBitmapIndex};
+use super::{LanceBTreeIndex, LanceBitmapIndex, LanceIndex};
 use crate::posting::codec::lance;
 use crate::types::test_support::{context, seg};
 use crate::types::{IndexContext, IndexType};
@@ -465,4 +465,106 @@ fn lances_posting_form_is_lance_selects_row_addr_tree_map() {
         lance::parts(&full, "test"),
         Err(Error::NotSupported { .. })
     ));
+}
+
+fn ngram_schema() -> SchemaRef {
+    let postings = Field::new("posting_list", DataType::Binary, false)
+        .with_metadata([("lance-encoding:compression".to_string(), "none".to_string())].into());
+    Arc::new(Schema::new(vec![
+        Field::new("tokens", DataType::UInt32, true),
+        postings,
+    ]))
+}
+
+fn ngram_batch(tokens: &[u32], postings: &[RoaringTreemap]) -> RecordBatch {
+    let bytes: Vec<Vec<u8>> = postings
+        .iter()
+        .map(|p| {
+            let mut out = Vec::new();
+            p.serialize_into(&mut out).unwrap();
+            out
+        })
+        .collect();
+    RecordBatch::try_new(
+        ngram_schema(),
+        vec![
+            Arc::new(UInt32Array::from(tokens.to_vec())),
+            Arc::new(
+                bytes
+                    .iter()
+                    .map(|b| Some(b.as_slice()))
+                    .collect::<BinaryArray>(),
+            ),
+        ],
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_ngram_remap_translates_postings_and_keeps_every_token() {
+    let (ctx, _tmp) = context().await;
+    let (old, new) = (seg("old"), seg("new"));
+    let every = |step: u32| -> RoaringTreemap {
+        (0..FRAGMENTS)
+            .flat_map(|f| {
+                (0..PER_FRAGMENT)
+                    .step_by(step as usize)
+                    .map(move |o| row_address(f, o))
+            })
+            .collect()
+    };
+    // Token 9's rows are all dropped (offsets that are multiples of 7).
+    let postings = vec![every(1), every(3), every(7)];
+    let batch = ngram_batch(&[2, 5, 9], &postings);
+    write_v2_0(
+        &ctx,
+        old.join(super::ngram::POSTINGS_FILE).unwrap(),
+        batch.schema(),
+        &[batch],
+    )
+    .await;
+    let remap = compaction();
+    LanceIndex::<super::ngram::NgramLayout>::new()
+        .remap(&ctx, &old, b"", &new, &remap)
+        .await
+        .unwrap();
+    let translated: Vec<RoaringTreemap> = postings
+        .iter()
+        .map(|p| p.iter().filter_map(|a| translate(&remap, a)).collect())
+        .collect();
+    assert!(translated[2].is_empty());
+    let (file, got) = read(&ctx, new.join(super::ngram::POSTINGS_FILE).unwrap()).await;
+    assert_eq!(file.file_version().unwrap(), ConcreteFileVersion::V2_0);
+    assert_eq!(file.schema(), ngram_schema());
+    let want = ngram_batch(&[2, 5, 9], &translated);
+    assert_eq!(got.column(0), want.column(0));
+    let decoded: Vec<RoaringTreemap> = got
+        .column(1)
+        .as_any()
+        .downcast_ref::<BinaryArray>()
+        .unwrap()
+        .iter()
+        .map(|b| RoaringTreemap::deserialize_from(b.unwrap()).unwrap())
+        .collect();
+    assert_eq!(decoded, translated);
+}
+
+#[tokio::test]
+async fn ngram_tokens_out_of_order_are_corrupt() {
+    let (ctx, _tmp) = context().await;
+    let (old, new) = (seg("old"), seg("new"));
+    let posting: RoaringTreemap = [row_address(0, 1)].into_iter().collect();
+    let batch = ngram_batch(&[4, 4], &[posting.clone(), posting]);
+    write_v2_0(
+        &ctx,
+        old.join(super::ngram::POSTINGS_FILE).unwrap(),
+        batch.schema(),
+        &[batch],
+    )
+    .await;
+    let err = LanceIndex::<super::ngram::NgramLayout>::new()
+        .remap(&ctx, &old, b"", &new, &compaction())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
