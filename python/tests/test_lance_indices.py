@@ -3,9 +3,9 @@ the test S3 server: pylance builds an index, Refract maintains the table, and
 pylance's indexed queries still equal its scans, `validate()` passes and
 `list_indices()` keeps names and fields.
 
-BTREE, BITMAP and NGRAM are remapped inline (Refract rewrites their files in
-pylance's layout: no fragment-reuse history is left behind); LABEL_LIST and
-INVERTED are not rewritten, so a compaction records the transition in Lance's
+BTREE, BITMAP, LABEL_LIST and NGRAM are remapped inline (Refract rewrites
+their files in pylance's layout: no fragment-reuse history is left behind);
+INVERTED is not rewritten, so a compaction records the transition in Lance's
 fragment reuse index and pylance translates through it.
 """
 
@@ -30,7 +30,10 @@ def rows(start, stop):
             "id": pa.array(ids, pa.int64()),
             "category": pa.array([i % 7 for i in ids], pa.int32()),
             "name": pa.array([f"w{i % 13} v{i}" for i in ids], pa.string()),
-            "tags": pa.array([[f"t{i % 5}", f"u{i % 3}"] for i in ids], pa.list_(pa.string())),
+            "tags": pa.array(
+                [None if i % 17 == 4 else [f"t{i % 5}", f"u{i % 3}"] for i in ids],
+                pa.list_(pa.string()),
+            ),
         }
     )
 
@@ -52,11 +55,11 @@ INDEXED = {
         "contains(name, 'w11')": lambda r: "w11" in r["name"],
     }),
     "LABEL_LIST": ("tags", {
-        "array_has_any(tags, ['t2'])": lambda r: "t2" in r["tags"],
+        "array_has_any(tags, ['t2'])": lambda r: r["tags"] is not None and "t2" in r["tags"],
     }),
     "INVERTED": ("name", {}),
 }
-REMAPPED_INLINE = {"BTREE", "BITMAP", "NGRAM"}
+REMAPPED_INLINE = {"BTREE", "BITMAP", "LABEL_LIST", "NGRAM"}
 
 
 def pylance_table(uri, options, index_type):
@@ -202,6 +205,7 @@ def test_a_damaged_pylance_index_file_is_refused_and_nothing_commits(tmp_path, i
     name = {
         "BTREE": "page_lookup.lance",
         "BITMAP": "bitmap_page_lookup.lance",
+        "LABEL_LIST": "bitmap_page_lookup.lance",
         "NGRAM": "ngram_postings.lance",
     }[index_type]
     path = os.path.join(index_dir, name)

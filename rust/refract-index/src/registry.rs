@@ -54,7 +54,7 @@ impl IndexRegistry {
     }
 
     /// The built-in types: btree, bitmap, ngram, ivf_flat, and the remap of
-    /// pylance's BTREE, BITMAP and NGRAM ([`crate::types::lance`]).
+    /// pylance's BTREE, BITMAP, LABEL_LIST and NGRAM ([`crate::types::lance`]).
     pub fn with_builtins() -> Self {
         let mut registry = Self::empty();
         registry.register(Arc::new(crate::types::btree::BTreeIndexType));
@@ -64,6 +64,7 @@ impl IndexRegistry {
         registry.register(Arc::new(crate::types::lance::LanceBTreeIndex::new()));
         registry.register(Arc::new(crate::types::lance::LanceBitmapIndex::new()));
         registry.register(Arc::new(crate::types::lance::LanceNgramIndex::new()));
+        registry.register(Arc::new(crate::types::lance::LanceLabelListIndex::new()));
         registry
     }
 

@@ -21,7 +21,8 @@
 //!
 //! One skeleton ([`LanceIndex`]) serves every layout ([`LanceLayout`]):
 //! [`btree`] (`page_data.lance` + `page_lookup.lance`), [`bitmap`]
-//! (`bitmap_page_lookup.lance`) and [`ngram`] (`ngram_postings.lance`).
+//! (`bitmap_page_lookup.lance`, BITMAP and LABEL_LIST) and [`ngram`]
+//! (`ngram_postings.lance`).
 
 pub mod bitmap;
 pub mod btree;
@@ -78,6 +79,8 @@ pub struct LanceIndex<L>(std::marker::PhantomData<L>);
 pub type LanceBTreeIndex = LanceIndex<btree::BTreeLayout>;
 /// pylance's BITMAP.
 pub type LanceBitmapIndex = LanceIndex<bitmap::BitmapLayout>;
+/// pylance's LABEL_LIST.
+pub type LanceLabelListIndex = LanceIndex<bitmap::LabelListLayout>;
 /// pylance's NGRAM.
 pub type LanceNgramIndex = LanceIndex<ngram::NgramLayout>;
 
