@@ -201,6 +201,8 @@ def peer_child(spec):
         record.update(rounds=rounds, converged=converged, fragments_removed=removed)
     elif step == "remap":
         ds.optimize.optimize_indices()
+    elif step == "answers":
+        record["answers"] = index_answers(ds, spec["index_type"])
     else:
         raise ValueError(f"unknown step {step}")
     record["ms"] = (time.perf_counter() - started) * 1e3
@@ -208,6 +210,41 @@ def peer_child(spec):
         record["fragment_rows"] = fragment_rows_of(lance.dataset(uri, storage_options=storage_options))
     record["peak_rss_bytes"] = proc_status_bytes("VmHWM")
     print(json.dumps(record), flush=True)
+
+
+def answer_filters(kind):
+    """Filters pylance answers through an index of `kind` (on the synthetic
+    table: `id` int64, `category` = id % 10, `text` two words, `vec`)."""
+    return {
+        "btree": ["id = 777", "id >= 1999000", "id < 300", "id IN (5, 1000, 123456)"],
+        "bitmap": ["category = 3", "category IN (0, 9)"],
+        "ngram": ["contains(text, 'obsid')", "contains(text, 'lumen') AND id < 400000"],
+    }.get(kind, [])
+
+
+def index_answers(ds, kind):
+    """pylance's answers through its index of `kind`, as `id` values (row
+    addresses change with a compaction, ids do not): per filter the sorted ids
+    (checked to go through the index), for ivf_flat the ids of the 10 nearest
+    rows of fixed queries at nprobes 1 and at every partition."""
+    import numpy as np
+
+    answers = {}
+    for expr in answer_filters(kind):
+        plan = ds.scanner(filter=expr, columns=["id"]).explain_plan()
+        if "ScalarIndexQuery" not in plan:
+            raise RuntimeError(f"pylance does not use its {kind} index for {expr}: {plan}")
+        answers[expr] = sorted(ds.to_table(filter=expr, columns=["id"]).column("id").to_pylist())
+    if kind == "ivf_flat":
+        rng = np.random.default_rng(7)
+        for q, query in enumerate(rng.standard_normal((4, 32), dtype=np.float32)):
+            for nprobes in (1, 10_000):
+                table = ds.to_table(
+                    columns=["id"],
+                    nearest={"column": "vec", "q": query, "k": 10, "nprobes": nprobes},
+                )
+                answers[f"q{q} nprobes {nprobes}"] = table.column("id").to_pylist()
+    return answers
 
 
 def check_peer_reads(loaded, directory):
@@ -442,6 +479,34 @@ class Suite:
                       lambda d: peer("rebuild", d, **p_args)],
                      rows=self.sizes["rows"])
 
+    def pylance_indices(self, kind):
+        """Compaction of a table with pylance's own index of `kind` (built
+        once by pylance on a copy of the base table), by each engine with the
+        index remapped inline; then pylance's answers through the index on
+        both results must equal its answers before the compaction."""
+        name = f"pylance_indexed_{kind}"
+        base = self.base(name)
+        if base.exists():
+            shutil.rmtree(base)
+        base.mkdir(parents=True)
+        shutil.copytree(self.base("frag1k") / SHARED, base / SHARED)
+        built = peer("index", base / SHARED, index_type=kind, partitions=self.sizes["ivf_partitions"])
+        before = peer("answers", base / SHARED, index_type=kind)["answers"]
+        self.emit({"benchmark": "pylance_index_build", "index_type": kind, "peer_ms": built["ms"]})
+        self.measure(f"pylance_index_inline_{kind}", base,
+                     [lambda d: refract("compact", d)], [lambda d: peer("compact", d)],
+                     keep_as=f"pylance_compacted_{kind}", rows=self.sizes["rows"])
+        kept = self.base(f"pylance_compacted_{kind}")
+        for engine in ("refract", "peer"):
+            after = peer("answers", kept / engine, index_type=kind)["answers"]
+            same = after == before
+            self.emit({"benchmark": "pylance_index_answers", "index_type": kind, "engine": engine,
+                       "queries": len(before), "identical": same})
+            if not same:
+                diff = [q for q in before if before[q] != after.get(q)]
+                raise RuntimeError(f"pylance answers differently after {engine}'s compaction of its "
+                                   f"{kind} index: {diff[:3]}")
+
     def s3_workloads(self):
         """Compaction of the 1,000-row-fragment table and a cold btree point
         query, on the local S3 server; requests counted by the server."""
@@ -511,6 +576,11 @@ class Suite:
                 self.inline_remap(kind)
             if on("deferred"):
                 self.deferred(kind)
+        if on("pylance"):
+            if "frag1k" not in self.built:
+                self.compaction()
+            for kind in INDEX_TYPES:
+                self.pylance_indices(kind)
         if on("grid"):
             self.grid()
         if on("s3"):
@@ -551,6 +621,25 @@ class Suite:
                 self.emit({"benchmark": "inline_remap_cost", "index_type": kind, "refract_ms": r_cost,
                            "peer_ms": p_cost, "ratio": ratio, "refract_extra_rss_per_row": r_rss,
                            "peer_extra_rss_per_row": p_rss})
+        if base and any(w.startswith("pylance_index_inline_") for w in self.results):
+            rows = self.sizes["rows"]
+            lines.append("")
+            lines.append(f"{'pylance-built index, remap cost':<34} {'refract ms':>11} {'peer ms':>10} "
+                         f"{'ratio':>7} {'refract B/row':>13} {'peer B/row':>10}")
+            for kind in INDEX_TYPES:
+                s = self.results.get(f"pylance_index_inline_{kind}", {}).get("summary")
+                if not s:
+                    continue
+                r_cost = s["refract_ms"] - base["refract_ms"]
+                p_cost = s["peer_ms"] - base["peer_ms"]
+                r_rss = (s["refract_extra_rss_bytes"] - base["refract_extra_rss_bytes"]) / rows
+                p_rss = (s["peer_extra_rss_bytes"] - base["peer_extra_rss_bytes"]) / rows
+                ratio = r_cost / p_cost if p_cost > 0 else float("nan")
+                lines.append(f"{kind:<34} {r_cost:>11.0f} {p_cost:>10.0f} {ratio:>7.2f} "
+                             f"{r_rss:>13.1f} {p_rss:>10.1f}")
+                self.emit({"benchmark": "pylance_index_remap_cost", "index_type": kind,
+                           "refract_ms": r_cost, "peer_ms": p_cost, "ratio": ratio,
+                           "refract_extra_rss_per_row": r_rss, "peer_extra_rss_per_row": p_rss})
         s3_rows = [(w, r["summary"]) for w, r in self.results.items() if "requests_ratio" in r["summary"]]
         if s3_rows:
             lines.append("")
@@ -592,7 +681,7 @@ def main():
     parser.add_argument("--rows", type=int, help="rows of the 1,000-row-fragment table")
     parser.add_argument("--rows-100k", type=int, help="rows of the 100,000-row-fragment table")
     parser.add_argument("--ivf-partitions", type=int, help="ivf_flat partitions (both engines)")
-    parser.add_argument("--only", help="comma-separated: compaction,index,inline,deferred,grid,s3")
+    parser.add_argument("--only", help="comma-separated: compaction,index,inline,deferred,pylance,grid,s3")
     parser.add_argument("--dir", help="working directory (default target/peer-bench)")
     parser.add_argument("--out", help="also append the JSON lines to this file")
     parser.add_argument("--no-build", action="store_true", help="do not run cargo build first")

@@ -221,3 +221,70 @@ def test_a_damaged_pylance_index_file_is_refused_and_nothing_commits(tmp_path, i
     assert refract.dataset(uri).to_table(columns=["id"]).column("id").to_pylist() == [
         r["id"] for r in live
     ]
+
+
+def vector_table(uri, options, index_type):
+    """FRAGMENTS fragments of 8-dim vectors with pylance's `index_type` on
+    `vec` (4 partitions): the vectors, by id."""
+    import numpy as np
+
+    n = FRAGMENTS * ROWS_PER_FRAGMENT
+    vectors = np.random.default_rng(3).standard_normal((n, 8), dtype=np.float32)
+    table = pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), 8),
+    })
+    for i in range(FRAGMENTS):
+        lance.write_dataset(
+            table.slice(i * ROWS_PER_FRAGMENT, ROWS_PER_FRAGMENT),
+            uri,
+            mode="append" if i else "create",
+            **lance_opts(options),
+        )
+    params = {"num_sub_vectors": 2} if index_type == "IVF_PQ" else {}
+    pylance(uri, options).create_index("vec", index_type, num_partitions=4, **params)
+    return vectors
+
+
+def nearest_ids(ds, vectors):
+    """The ids of the 5 nearest rows of 6 fixed queries, at 1 and 4 probes."""
+    out = []
+    for q in vectors[[1, 77, 300, 808, 1111, 1499]]:
+        for nprobes in (1, 4):
+            table = ds.to_table(columns=["id"], nearest={"column": "vec", "q": q, "k": 5, "nprobes": nprobes})
+            out.append(table.column("id").to_pylist())
+    return out
+
+
+@pytest.mark.parametrize("index_type", ["IVF_FLAT", "IVF_PQ"])
+def test_compaction_keeps_pylance_vector_answers(location, index_type):
+    uri, options = location
+    vectors = vector_table(uri, options, index_type)
+    theirs = pylance(uri, options)
+    before = nearest_ids(theirs, vectors)
+    indices = user_indices(theirs)
+
+    # No row dropped: the row ids are rewritten in place, no history.
+    ours = refract.dataset(uri, storage_options=options)
+    ours.optimize.compact_files(target_rows_per_fragment=1000)
+    theirs = pylance(uri, options)
+    theirs.validate()
+    assert user_indices(theirs) == indices
+    assert fri_entries(theirs) == []
+    assert indexed_fragments(theirs) == sorted(f.fragment_id for f in theirs.get_fragments())
+    assert nearest_ids(theirs, vectors) == before
+
+    # Rows dropped: the partitions would shrink, so the compaction records
+    # the transition in the FRI and pylance drops the rows as it translates.
+    pylance(uri, options).delete("id % 5 = 1")
+    ours = refract.dataset(uri, storage_options=options)
+    ours.optimize.compact_files(target_rows_per_fragment=5000)
+    theirs = pylance(uri, options)
+    theirs.validate()
+    assert user_indices(theirs) == indices
+    assert len(fri_entries(theirs)) == 1
+    after = nearest_ids(theirs, vectors)
+    gone = {i for i in range(len(vectors)) if i % 5 == 1}
+    for old, new in zip(before, after):
+        kept = [i for i in old if i not in gone]
+        assert new[: len(kept)] == kept

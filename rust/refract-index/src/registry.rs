@@ -54,7 +54,8 @@ impl IndexRegistry {
     }
 
     /// The built-in types: btree, bitmap, ngram, ivf_flat, and the remap of
-    /// pylance's BTREE, BITMAP, LABEL_LIST and NGRAM ([`crate::types::lance`]).
+    /// pylance's BTREE, BITMAP, LABEL_LIST, NGRAM and IVF indices
+    /// ([`crate::types::lance`]).
     pub fn with_builtins() -> Self {
         let mut registry = Self::empty();
         registry.register(Arc::new(crate::types::btree::BTreeIndexType));
@@ -65,6 +66,7 @@ impl IndexRegistry {
         registry.register(Arc::new(crate::types::lance::LanceBitmapIndex::new()));
         registry.register(Arc::new(crate::types::lance::LanceNgramIndex::new()));
         registry.register(Arc::new(crate::types::lance::LanceLabelListIndex::new()));
+        registry.register(Arc::new(crate::types::lance::LanceIvfIndex::new()));
         registry
     }
 

@@ -21,11 +21,12 @@
 //!
 //! One skeleton ([`LanceIndex`]) serves every layout ([`LanceLayout`]):
 //! [`btree`] (`page_data.lance` + `page_lookup.lance`), [`bitmap`]
-//! (`bitmap_page_lookup.lance`, BITMAP and LABEL_LIST) and [`ngram`]
-//! (`ngram_postings.lance`).
+//! (`bitmap_page_lookup.lance`, BITMAP and LABEL_LIST), [`ngram`]
+//! (`ngram_postings.lance`) and [`ivf`] (`auxiliary.idx` + `index.idx`).
 
 pub mod bitmap;
 pub mod btree;
+pub mod ivf;
 pub mod ngram;
 #[cfg(test)]
 mod tests;
@@ -81,6 +82,8 @@ pub type LanceBTreeIndex = LanceIndex<btree::BTreeLayout>;
 pub type LanceBitmapIndex = LanceIndex<bitmap::BitmapLayout>;
 /// pylance's LABEL_LIST.
 pub type LanceLabelListIndex = LanceIndex<bitmap::LabelListLayout>;
+/// pylance's IVF_FLAT, IVF_PQ and IVF_SQ.
+pub type LanceIvfIndex = LanceIndex<ivf::IvfLayout>;
 /// pylance's NGRAM.
 pub type LanceNgramIndex = LanceIndex<ngram::NgramLayout>;
 

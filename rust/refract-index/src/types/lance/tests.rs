@@ -568,3 +568,128 @@ async fn ngram_tokens_out_of_order_are_corrupt() {
         .unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
+
+/// Fragments 0..3 compacted into fragment 10 with every row kept.
+fn compaction_keeping_every_row() -> RowAddrRemap {
+    let surviving: RoaringTreemap = (0..FRAGMENTS)
+        .flat_map(|f| (0..PER_FRAGMENT).map(move |o| row_address(f, o)))
+        .collect();
+    RowAddrRemap::compact(vec![RewriteGroupInput {
+        old_fragments: (0..FRAGMENTS)
+            .map(|f| FragmentRows::new(f.into(), PER_FRAGMENT.into()))
+            .collect(),
+        new_fragments: vec![FragmentRows::new(10, surviving.len())],
+        surviving,
+    }])
+    .unwrap()
+}
+
+/// pylance's IVF files: `auxiliary.idx` (row ids by partition, codes, two
+/// global buffers) and an empty `index.idx` of sub-index `kind`.
+async fn write_ivf(ctx: &IndexContext, dir: &RelativePath, kind: &str) -> Vec<u64> {
+    let ids: Vec<u64> = (0..FRAGMENTS)
+        .flat_map(|f| (0..PER_FRAGMENT).map(move |o| row_address(f, o)))
+        .rev()
+        .collect();
+    let storage_schema = with_metadata(
+        Schema::new(vec![
+            Field::new("_rowid", DataType::UInt64, true),
+            Field::new("codes", DataType::UInt32, true),
+        ]),
+        &[("lance:ivf", "1"), ("distance_type", "l2")],
+    );
+    let batch = RecordBatch::try_new(
+        storage_schema.clone(),
+        vec![
+            Arc::new(UInt64Array::from(ids.clone())),
+            Arc::new(UInt32Array::from_iter_values(0..ids.len() as u32)),
+        ],
+    )
+    .unwrap();
+    let mut writer = LanceFileWriter::create_versioned(
+        &ctx.store,
+        &dir.join(super::ivf::AUXILIARY_FILE).unwrap(),
+        storage_schema,
+        PageLayout::Buffered,
+        ConcreteFileVersion::V2_2,
+    )
+    .await
+    .unwrap();
+    writer
+        .add_global_buffer(bytes::Bytes::from_static(b"ivf model"))
+        .unwrap();
+    writer
+        .add_global_buffer(bytes::Bytes::from_static(b"codebook"))
+        .unwrap();
+    writer.write(&batch).await.unwrap();
+    writer.finish().await.unwrap();
+    let index_schema = with_metadata(
+        Schema::new(vec![Field::new("__flat_marker", DataType::UInt64, false)]),
+        &[(
+            "lance:index",
+            &format!("{{\"type\":\"{kind}\",\"distance_type\":\"l2\"}}"),
+        )],
+    );
+    write_v2_0(
+        ctx,
+        dir.join(super::ivf::INDEX_FILE).unwrap(),
+        index_schema,
+        &[],
+    )
+    .await;
+    ids
+}
+
+#[tokio::test]
+async fn an_ivf_remap_rewrites_row_ids_only_and_keeps_buffers() {
+    let (ctx, _tmp) = context().await;
+    let (old, new) = (seg("old"), seg("new"));
+    let ids = write_ivf(&ctx, &old, "IVF_PQ").await;
+    let remap = compaction_keeping_every_row();
+    LanceIndex::<super::ivf::IvfLayout>::new()
+        .remap(&ctx, &old, b"", &new, &remap)
+        .await
+        .unwrap();
+    let (file, got) = read(&ctx, new.join(super::ivf::AUXILIARY_FILE).unwrap()).await;
+    let (_, was) = read(&ctx, old.join(super::ivf::AUXILIARY_FILE).unwrap()).await;
+    assert_eq!(file.file_version().unwrap(), ConcreteFileVersion::V2_2);
+    assert_eq!(file.schema(), was.schema());
+    let want: UInt64Array = ids.iter().map(|a| translate(&remap, *a)).collect();
+    assert_eq!(got.column(0).as_ref(), &want as &dyn Array);
+    assert_eq!(got.column(1), was.column(1));
+    assert_eq!(&file.read_global_buffer(1).await.unwrap()[..], b"ivf model");
+    assert_eq!(&file.read_global_buffer(2).await.unwrap()[..], b"codebook");
+    let (index, _) = read(&ctx, new.join(super::ivf::INDEX_FILE).unwrap()).await;
+    assert_eq!(index.num_rows(), 0);
+}
+
+#[tokio::test]
+async fn an_ivf_remap_that_drops_rows_or_meets_a_graph_is_not_supported() {
+    let (ctx, _tmp) = context().await;
+    let (old, new) = (seg("old"), seg("new"));
+    write_ivf(&ctx, &old, "IVF_FLAT").await;
+    let err = LanceIndex::<super::ivf::IvfLayout>::new()
+        .remap(&ctx, &old, b"", &new, &compaction())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotSupported { .. }), "{err}");
+    let aux = new.join(super::ivf::AUXILIARY_FILE).unwrap();
+    assert!(matches!(
+        ctx.store.head(&aux).await,
+        Err(Error::NotFound { .. })
+    ));
+
+    let hnsw = seg("hnsw");
+    write_ivf(&ctx, &hnsw, "IVF_HNSW_SQ").await;
+    let err = LanceIndex::<super::ivf::IvfLayout>::new()
+        .remap(
+            &ctx,
+            &hnsw,
+            b"",
+            &seg("hnsw2"),
+            &compaction_keeping_every_row(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotSupported { .. }), "{err}");
+}

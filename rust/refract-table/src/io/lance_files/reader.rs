@@ -727,6 +727,12 @@ impl LanceFileReader {
         }
     }
 
+    /// Global buffers in the file, Lance's schema descriptor (index 0) included.
+    pub fn global_buffers(&self) -> u32 {
+        // A footer lists at most u32::MAX buffers (their count is a u32 there).
+        u32::try_from(self.inner.reader.metadata().file_buffers.len()).unwrap_or(u32::MAX)
+    }
+
     /// Reads a global buffer written with [`LanceFileWriter::add_global_buffer`].
     ///
     /// # Errors
