@@ -94,21 +94,21 @@ impl LanceLayout for BTreeLayout {
                 let len = MAX_TRANSLATION_BATCH.min(page.num_rows() - start);
                 let piece = page.slice(start, len);
                 let new = translation.translate(ids_of(&piece)?, translator)?;
-                let keep = arrow::compute::is_not_null(&new)
-                    .map_err(|e| Error::external("filtering remapped BTREE rows", e))?;
                 let values = column(&piece, VALUES, None, WHAT)?;
-                cutter
-                    .push(
-                        &RecordBatch::try_new(
-                            piece.schema(),
-                            vec![
-                                filter(values, &keep)?,
-                                filter(&(Arc::new(new) as _), &keep)?,
-                            ],
-                        )
-                        .map_err(|e| Error::external("assembling remapped BTREE rows", e))?,
+                let (values, new): (ArrayRef, ArrayRef) = if new.null_count() == 0 {
+                    // Nothing dropped (a compaction without deletions).
+                    (values.clone(), Arc::new(new))
+                } else {
+                    let keep = arrow::compute::is_not_null(&new)
+                        .map_err(|e| Error::external("filtering remapped BTREE rows", e))?;
+                    (
+                        filter(values, &keep)?,
+                        filter(&(Arc::new(new) as _), &keep)?,
                     )
-                    .await?;
+                };
+                let rows = RecordBatch::try_new(piece.schema(), vec![values, new])
+                    .map_err(|e| Error::external("assembling remapped BTREE rows", e))?;
+                cutter.push(&rows).await?;
                 start += len;
             }
         }
@@ -246,6 +246,17 @@ impl Pages<'_> {
         // The page's rows: the rest of the file up to one page (fits in usize:
         // the page size fits in u32).
         let want = (total - start).min(self.segment.batch_size) as usize;
+        if self.pending.is_none() {
+            // The reader yields pages of `batch_size`: most pages are one batch.
+            if let Some(batch) = self.stream.try_next().await? {
+                if batch.num_rows() == want {
+                    check_page(&self.segment.lookup, self.next_page, &batch)?;
+                    self.next_page += 1;
+                    return Ok(Some(batch));
+                }
+                self.pending = Some(batch);
+            }
+        }
         let mut parts = Vec::new();
         let mut have = 0;
         while have < want {
@@ -324,6 +335,10 @@ impl PageCutter {
     }
 
     async fn push(&mut self, rows: &RecordBatch) -> Result<()> {
+        if self.buffered_rows == 0 && rows.num_rows() == self.batch_size {
+            // A whole page as it is: no copy.
+            return self.write_page(rows).await;
+        }
         let mut start = 0;
         while start < rows.num_rows() {
             let take = (self.batch_size - self.buffered_rows).min(rows.num_rows() - start);
@@ -331,29 +346,33 @@ impl PageCutter {
             self.buffered_rows += take;
             start += take;
             if self.buffered_rows == self.batch_size {
-                self.write_page().await?;
+                self.write_buffered().await?;
             }
         }
         Ok(())
     }
 
-    async fn write_page(&mut self) -> Result<()> {
+    async fn write_buffered(&mut self) -> Result<()> {
         let page = arrow::compute::concat_batches(&self.writer.schema(), &self.buffered)
             .map_err(|e| Error::external("assembling a BTREE page", e))?;
         self.buffered.clear();
         self.buffered_rows = 0;
-        let values = column(&page, VALUES, None, WHAT)?;
+        self.write_page(&page).await
+    }
+
+    async fn write_page(&mut self, page: &RecordBatch) -> Result<()> {
+        let values = column(page, VALUES, None, WHAT)?;
         self.mins.push(values.slice(0, 1));
         self.maxs.push(values.slice(page.num_rows() - 1, 1));
         // A page holds at most `batch_size` (u32) rows.
         self.null_counts.push(values.null_count() as u32);
-        self.writer.write(&page).await
+        self.writer.write(page).await
     }
 
     /// Writes the last page and closes the pages file; returns the lookup.
     async fn finish(mut self, lookup_schema: &arrow_schema::SchemaRef) -> Result<RecordBatch> {
         if self.buffered_rows > 0 {
-            self.write_page().await?;
+            self.write_buffered().await?;
         }
         self.writer.finish().await?;
         let value_type = lookup_schema

@@ -28,7 +28,7 @@ use arrow_schema::DataType;
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use refract_core::{Error, Result};
-use refract_table::io::{PageLayout, RelativePath, STREAMING_PAGE_BYTES};
+use refract_table::io::{read_ahead, PageLayout, RelativePath, WindowSize, STREAMING_PAGE_BYTES};
 use roaring::RoaringTreemap;
 
 use super::{column, create_like, open_file, LanceLayout};
@@ -44,6 +44,10 @@ const INDEX_KEY: &str = "lance:index";
 /// Sub-index types whose `index.idx` holds no row addresses.
 const FLAT_TYPES: [&str; 3] = ["IVF_FLAT", "IVF_PQ", "IVF_SQ"];
 const WHAT: &str = "pylance vector index";
+/// Rows per read window of the storage (a few MiB of vectors).
+const WINDOW_ROWS: u32 = 16_384;
+/// Windows read ahead of the rewrite.
+const READ_AHEAD: usize = 2;
 
 /// The IVF layout.
 #[derive(Debug, Default, Clone, Copy)]
@@ -102,9 +106,9 @@ impl LanceLayout for IvfLayout {
             writer.add_global_buffer(storage.read_global_buffer(buffer).await?)?;
         }
         let mut translation = AddressTranslation::default();
-        let mut stream = storage
-            .read_range(0..storage.num_rows(), None, batch_rows())
-            .await?;
+        // Small windows, read ahead: vectors are wide, and one long range
+        // would keep far more of them in flight than is being rewritten.
+        let mut stream = read_ahead(&storage, WindowSize::rows(WINDOW_ROWS), READ_AHEAD)?;
         while let Some(batch) = stream.try_next().await? {
             let new = translation.translate(row_ids(&batch)?, translator)?;
             if new.null_count() > 0 {
