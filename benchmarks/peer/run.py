@@ -493,6 +493,11 @@ class Suite:
         built = peer("index", base / SHARED, index_type=kind, partitions=self.sizes["ivf_partitions"])
         before = peer("answers", base / SHARED, index_type=kind)["answers"]
         self.emit({"benchmark": "pylance_index_build", "index_type": kind, "peer_ms": built["ms"]})
+        # The same compaction without the index, right before: the remap cost
+        # is a difference of two medians, which drift with the machine's load.
+        self.measure(f"pylance_index_baseline_{kind}", self.base("frag1k"),
+                     [lambda d: refract("compact", d)], [lambda d: peer("compact", d)],
+                     rows=self.sizes["rows"])
         self.measure(f"pylance_index_inline_{kind}", base,
                      [lambda d: refract("compact", d)], [lambda d: peer("compact", d)],
                      keep_as=f"pylance_compacted_{kind}", rows=self.sizes["rows"])
@@ -589,6 +594,31 @@ class Suite:
 
     # -------------------------------------------------------- the ratio table
 
+    def summary(self, workload):
+        return self.results.get(workload, {}).get("summary")
+
+    def cost_table(self, lines, title, benchmark, rows_of):
+        """Remap cost per index type: `(kind, with index, without)` summaries;
+        cost = the difference of the medians, extra RSS per rewritten row."""
+        rows_of = [(kind, s, base) for kind, s, base in rows_of if s and base]
+        if not rows_of:
+            return
+        rows = self.sizes["rows"]
+        lines.append("")
+        lines.append(f"{title:<34} {'refract ms':>11} {'peer ms':>10} "
+                     f"{'ratio':>7} {'refract B/row':>13} {'peer B/row':>10}")
+        for kind, s, base in rows_of:
+            r_cost = s["refract_ms"] - base["refract_ms"]
+            p_cost = s["peer_ms"] - base["peer_ms"]
+            r_rss = (s["refract_extra_rss_bytes"] - base["refract_extra_rss_bytes"]) / rows
+            p_rss = (s["peer_extra_rss_bytes"] - base["peer_extra_rss_bytes"]) / rows
+            ratio = r_cost / p_cost if p_cost > 0 else float("nan")
+            lines.append(f"{kind:<34} {r_cost:>11.0f} {p_cost:>10.0f} {ratio:>7.2f} "
+                         f"{r_rss:>13.1f} {p_rss:>10.1f}")
+            self.emit({"benchmark": benchmark, "index_type": kind, "refract_ms": r_cost,
+                       "peer_ms": p_cost, "ratio": ratio, "refract_extra_rss_per_row": r_rss,
+                       "peer_extra_rss_per_row": p_rss})
+
     def print_table(self):
         lines = [f"{'workload':<34} {'refract ms':>11} {'peer ms':>10} {'ratio':>7} "
                  f"{'refract MB':>11} {'peer MB':>8} {'rss ratio':>9} {'refract +MB':>11} {'peer +MB':>8}"]
@@ -602,44 +632,11 @@ class Suite:
                 f"{s['rss_ratio']:>9.2f} {s['refract_extra_rss_bytes'] / 2**20:>11.0f} "
                 f"{s['peer_extra_rss_bytes'] / 2**20:>8.0f}")
         base = self.results.get("compaction_1k_sources", {}).get("summary")
-        if base:
-            rows = self.sizes["rows"]
-            lines.append("")
-            lines.append(f"{'inline remap cost (with - without)':<34} {'refract ms':>11} {'peer ms':>10} "
-                         f"{'ratio':>7} {'refract B/row':>13} {'peer B/row':>10}")
-            for kind in INDEX_TYPES:
-                s = self.results.get(f"compaction_inline_{kind}", {}).get("summary")
-                if not s:
-                    continue
-                r_cost = s["refract_ms"] - base["refract_ms"]
-                p_cost = s["peer_ms"] - base["peer_ms"]
-                r_rss = (s["refract_extra_rss_bytes"] - base["refract_extra_rss_bytes"]) / rows
-                p_rss = (s["peer_extra_rss_bytes"] - base["peer_extra_rss_bytes"]) / rows
-                ratio = r_cost / p_cost if p_cost > 0 else float("nan")
-                lines.append(f"{kind:<34} {r_cost:>11.0f} {p_cost:>10.0f} {ratio:>7.2f} "
-                             f"{r_rss:>13.1f} {p_rss:>10.1f}")
-                self.emit({"benchmark": "inline_remap_cost", "index_type": kind, "refract_ms": r_cost,
-                           "peer_ms": p_cost, "ratio": ratio, "refract_extra_rss_per_row": r_rss,
-                           "peer_extra_rss_per_row": p_rss})
-        if base and any(w.startswith("pylance_index_inline_") for w in self.results):
-            rows = self.sizes["rows"]
-            lines.append("")
-            lines.append(f"{'pylance-built index, remap cost':<34} {'refract ms':>11} {'peer ms':>10} "
-                         f"{'ratio':>7} {'refract B/row':>13} {'peer B/row':>10}")
-            for kind in INDEX_TYPES:
-                s = self.results.get(f"pylance_index_inline_{kind}", {}).get("summary")
-                if not s:
-                    continue
-                r_cost = s["refract_ms"] - base["refract_ms"]
-                p_cost = s["peer_ms"] - base["peer_ms"]
-                r_rss = (s["refract_extra_rss_bytes"] - base["refract_extra_rss_bytes"]) / rows
-                p_rss = (s["peer_extra_rss_bytes"] - base["peer_extra_rss_bytes"]) / rows
-                ratio = r_cost / p_cost if p_cost > 0 else float("nan")
-                lines.append(f"{kind:<34} {r_cost:>11.0f} {p_cost:>10.0f} {ratio:>7.2f} "
-                             f"{r_rss:>13.1f} {p_rss:>10.1f}")
-                self.emit({"benchmark": "pylance_index_remap_cost", "index_type": kind,
-                           "refract_ms": r_cost, "peer_ms": p_cost, "ratio": ratio,
-                           "refract_extra_rss_per_row": r_rss, "peer_extra_rss_per_row": p_rss})
+        self.cost_table(lines, "inline remap cost (with - without)", "inline_remap_cost",
+                        [(kind, self.summary(f"compaction_inline_{kind}"), base) for kind in INDEX_TYPES])
+        self.cost_table(lines, "pylance-built index, remap cost", "pylance_index_remap_cost",
+                        [(kind, self.summary(f"pylance_index_inline_{kind}"),
+                          self.summary(f"pylance_index_baseline_{kind}")) for kind in INDEX_TYPES])
         s3_rows = [(w, r["summary"]) for w, r in self.results.items() if "requests_ratio" in r["summary"]]
         if s3_rows:
             lines.append("")
