@@ -322,3 +322,20 @@ def test_remap_indices_catches_pylance_vector_indices_up(location, index_type, o
     theirs.validate()
     assert indexed_fragments(theirs) == sorted(f.fragment_id for f in theirs.get_fragments())
     assert nearest_ids(theirs, vectors) == before
+
+
+@pytest.mark.parametrize("index_type", ["IVF_FLAT", "IVF_PQ"])
+def test_a_damaged_pylance_vector_index_is_refused_and_nothing_commits(tmp_path, index_type):
+    uri = str(tmp_path / "ds")
+    vector_table(uri, None, index_type)
+    theirs = pylance(uri, None)
+    version = theirs.version
+    segment = theirs.describe_indices()[0].segments[0]
+    path = os.path.join(uri, "_indices", str(segment.uuid), "auxiliary.idx")
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[:-7])
+
+    with pytest.raises(refract.CorruptError):
+        refract.dataset(uri).optimize.compact_files(target_rows_per_fragment=1000)
+    assert refract.dataset(uri).version == version
+    assert len(refract.dataset(uri).get_fragments()) == FRAGMENTS
