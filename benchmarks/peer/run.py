@@ -203,6 +203,12 @@ def peer_child(spec):
         ds.optimize.optimize_indices()
     elif step == "answers":
         record["answers"] = index_answers(ds, spec["index_type"])
+    elif step == "rewrite":
+        # pylance writes the same rows as a table of its own.
+        lance.write_dataset(ds.to_batches(), spec["dest"], schema=ds.schema,
+                            max_rows_per_file=spec["fragment_rows"],
+                            data_storage_version=ds.data_storage_version)
+        record["fragments"] = len(lance.dataset(spec["dest"]).get_fragments())
     else:
         raise ValueError(f"unknown step {step}")
     record["ms"] = (time.perf_counter() - started) * 1e3
@@ -479,23 +485,38 @@ class Suite:
                       lambda d: peer("rebuild", d, **p_args)],
                      rows=self.sizes["rows"])
 
+    def pylance_written(self):
+        """The base table's rows written again by pylance (1,000-row files):
+        the table pylance's users have."""
+        base = self.base("pylance_frag1k")
+        if base.exists():
+            shutil.rmtree(base)
+        base.mkdir(parents=True)
+        written = peer("rewrite", self.base("frag1k") / SHARED, dest=str(base / SHARED), fragment_rows=1000)
+        expected = self.sizes["rows"] // 1000
+        if written["fragments"] != expected:
+            raise RuntimeError(f"pylance wrote {written['fragments']} fragments, expected {expected}")
+        self.built.add("pylance_frag1k")
+
     def pylance_indices(self, kind):
-        """Compaction of a table with pylance's own index of `kind` (built
-        once by pylance on a copy of the base table), by each engine with the
-        index remapped inline; then pylance's answers through the index on
-        both results must equal its answers before the compaction."""
+        """Compaction of a pylance-written table with pylance's own index of
+        `kind` (built once by pylance), by each engine with the index remapped
+        inline; then pylance's answers through the index on both results must
+        equal its answers before the compaction."""
+        if "pylance_frag1k" not in self.built:
+            self.pylance_written()
         name = f"pylance_indexed_{kind}"
         base = self.base(name)
         if base.exists():
             shutil.rmtree(base)
         base.mkdir(parents=True)
-        shutil.copytree(self.base("frag1k") / SHARED, base / SHARED)
+        shutil.copytree(self.base("pylance_frag1k") / SHARED, base / SHARED)
         built = peer("index", base / SHARED, index_type=kind, partitions=self.sizes["ivf_partitions"])
         before = peer("answers", base / SHARED, index_type=kind)["answers"]
         self.emit({"benchmark": "pylance_index_build", "index_type": kind, "peer_ms": built["ms"]})
         # The same compaction without the index, right before: the remap cost
         # is a difference of two medians, which drift with the machine's load.
-        self.measure(f"pylance_index_baseline_{kind}", self.base("frag1k"),
+        self.measure(f"pylance_index_baseline_{kind}", self.base("pylance_frag1k"),
                      [lambda d: refract("compact", d)], [lambda d: peer("compact", d)],
                      rows=self.sizes["rows"])
         self.measure(f"pylance_index_inline_{kind}", base,
