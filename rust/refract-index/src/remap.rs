@@ -113,14 +113,12 @@ pub async fn remap_segment(
     let ctx = &ctx.for_segment(meta).recording(journal.clone());
     let details = match registered {
         RegisteredType::Streaming(t) => {
-            let remapped = match t.check_index_version(meta.index_version) {
-                Ok(()) => {
-                    t.remap(ctx, &old_dir, &meta.details, &new_dir, translator)
-                        .await
-                }
-                Err(err) => Err(err),
+            let remapped = async {
+                t.check_index_version(meta.index_version)?;
+                t.remap(ctx, &old_dir, &meta.details, &new_dir, translator)
+                    .await
             };
-            match remapped {
+            match remapped.await {
                 Ok(details) => details,
                 Err(err @ Error::NotSupported { .. }) => {
                     return Ok(skip(meta, DeclineReason::UnsupportedLayout, &err))

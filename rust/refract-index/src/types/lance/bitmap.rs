@@ -30,6 +30,7 @@ use refract_table::io::{LanceFileReader, PageLayout, RelativePath};
 use roaring::RoaringTreemap;
 
 use super::{column, create_like, open_file, LanceLayout};
+use crate::keys::downcast;
 use crate::posting::codec::lance;
 use crate::posting::{translate_many, TranslateScratch};
 use crate::types::{IndexContext, Translator};
@@ -209,11 +210,7 @@ fn check_schema(schema: &arrow_schema::Schema, what: &str) -> Result<()> {
 }
 
 fn postings<'a>(batch: &'a RecordBatch, what: &str) -> Result<&'a BinaryArray> {
-    let array = column(batch, BITMAPS, Some(&DataType::Binary), what)?;
-    let postings = array
-        .as_any()
-        .downcast_ref::<BinaryArray>()
-        .ok_or_else(|| Error::corrupt(what, "bitmaps are not Binary"))?;
+    let postings: &BinaryArray = downcast(column(batch, BITMAPS, Some(&DataType::Binary), what)?)?;
     if postings.null_count() > 0 {
         return Err(Error::corrupt(what, "null bitmap"));
     }

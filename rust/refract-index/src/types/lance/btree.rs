@@ -31,6 +31,7 @@ use refract_table::io::{LanceFileReader, LanceFileWriter, PageLayout, RelativePa
 use roaring::RoaringTreemap;
 
 use super::{column, create_like, open_file, LanceLayout};
+use crate::keys::downcast;
 use crate::types::addresses::AddressTranslation;
 use crate::types::{IndexContext, Translator, MAX_TRANSLATION_BATCH};
 
@@ -408,15 +409,6 @@ fn ids_of(batch: &RecordBatch) -> Result<&UInt64Array> {
 
 fn page_idx(lookup: &RecordBatch) -> Result<&UInt32Array> {
     downcast(column(lookup, "page_idx", Some(&DataType::UInt32), WHAT)?)
-}
-
-fn downcast<T: 'static>(array: &ArrayRef) -> Result<&T> {
-    array.as_any().downcast_ref::<T>().ok_or_else(|| {
-        Error::corrupt(
-            WHAT,
-            format!("unexpected column type {}", array.data_type()),
-        )
-    })
 }
 
 fn filter(array: &ArrayRef, keep: &arrow_array::BooleanArray) -> Result<ArrayRef> {

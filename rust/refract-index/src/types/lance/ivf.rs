@@ -32,6 +32,7 @@ use refract_table::io::{read_ahead, PageLayout, RelativePath, WindowSize, STREAM
 use roaring::RoaringTreemap;
 
 use super::{column, create_like, open_file, LanceLayout};
+use crate::keys::downcast;
 use crate::types::addresses::AddressTranslation;
 use crate::types::{IndexContext, Translator, MAX_TRANSLATION_BATCH};
 
@@ -169,10 +170,7 @@ fn check_flat(schema: &arrow_schema::Schema, rows: u64) -> Result<()> {
 }
 
 fn row_ids(batch: &RecordBatch) -> Result<&UInt64Array> {
-    let ids = column(batch, ROW_ID, Some(&DataType::UInt64), WHAT)?
-        .as_any()
-        .downcast_ref::<UInt64Array>()
-        .ok_or_else(|| Error::corrupt(WHAT, "row ids are not UInt64"))?;
+    let ids: &UInt64Array = downcast(column(batch, ROW_ID, Some(&DataType::UInt64), WHAT)?)?;
     if ids.null_count() > 0 {
         return Err(Error::corrupt(WHAT, "null row id"));
     }

@@ -22,6 +22,7 @@ use refract_table::io::{read_ahead, PageLayout, RelativePath, WindowSize, STREAM
 use roaring::RoaringTreemap;
 
 use super::{column, create_like, open_file, LanceLayout};
+use crate::keys::downcast;
 use crate::posting::TranslationMemo;
 use crate::types::{IndexContext, Translator};
 
@@ -134,14 +135,8 @@ fn check_schema(schema: &arrow_schema::Schema) -> Result<()> {
 }
 
 fn columns(batch: &RecordBatch) -> Result<(&UInt32Array, &BinaryArray)> {
-    let tokens = column(batch, TOKENS, Some(&DataType::UInt32), WHAT)?
-        .as_any()
-        .downcast_ref::<UInt32Array>()
-        .ok_or_else(|| Error::corrupt(WHAT, "tokens are not UInt32"))?;
-    let postings = column(batch, POSTINGS, Some(&DataType::Binary), WHAT)?
-        .as_any()
-        .downcast_ref::<BinaryArray>()
-        .ok_or_else(|| Error::corrupt(WHAT, "postings are not Binary"))?;
+    let tokens: &UInt32Array = downcast(column(batch, TOKENS, Some(&DataType::UInt32), WHAT)?)?;
+    let postings: &BinaryArray = downcast(column(batch, POSTINGS, Some(&DataType::Binary), WHAT)?)?;
     if tokens.null_count() > 0 || postings.null_count() > 0 {
         return Err(Error::corrupt(WHAT, "null token or posting"));
     }

@@ -693,3 +693,76 @@ async fn an_ivf_remap_that_drops_rows_or_meets_a_graph_is_not_supported() {
         .unwrap_err();
     assert!(matches!(err, Error::NotSupported { .. }), "{err}");
 }
+
+/// Records the largest batch it is asked to translate.
+struct LargestBatch<'a> {
+    inner: &'a RowAddrRemap,
+    largest: std::sync::atomic::AtomicUsize,
+}
+
+impl refract_core::Translator for LargestBatch<'_> {
+    fn translate(&self, batch: &[u64], out: &mut Vec<Option<u64>>) -> refract_core::Result<()> {
+        self.largest
+            .fetch_max(batch.len(), std::sync::atomic::Ordering::Relaxed);
+        refract_core::Translator::translate(self.inner, batch, out)
+    }
+}
+
+#[tokio::test]
+async fn a_btree_page_larger_than_a_translation_batch_is_translated_in_bounded_batches() {
+    let (ctx, _tmp) = context().await;
+    let (old, new) = (seg("old"), seg("new"));
+    let rows: Vec<(Option<i64>, u64)> = (0..70_000u32)
+        .map(|o| (Some(i64::from(o)), row_address(0, o)))
+        .collect();
+    let (pages, lookup) = btree_batches(&rows, 100_000);
+    write_v2_0(
+        &ctx,
+        old.join(PAGE_DATA_FILE).unwrap(),
+        data_schema(),
+        &pages,
+    )
+    .await;
+    let lookup = lookup
+        .with_schema(lookup_schema(&[("batch_size", "100000")]))
+        .unwrap();
+    write_v2_0(
+        &ctx,
+        old.join(PAGE_LOOKUP_FILE).unwrap(),
+        lookup.schema(),
+        &[lookup],
+    )
+    .await;
+    let surviving: RoaringTreemap = rows.iter().map(|(_, a)| *a).collect();
+    let remap = RowAddrRemap::compact(vec![RewriteGroupInput {
+        old_fragments: vec![FragmentRows::new(0, 70_000)],
+        new_fragments: vec![FragmentRows::new(10, 70_000)],
+        surviving,
+    }])
+    .unwrap();
+    let counting = LargestBatch {
+        inner: &remap,
+        largest: Default::default(),
+    };
+    LanceBTreeIndex::new()
+        .remap(&ctx, &old, b"", &new, &counting)
+        .await
+        .unwrap();
+    let largest = counting.largest.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        largest > 0 && largest <= crate::types::MAX_TRANSLATION_BATCH,
+        "{largest}"
+    );
+    let (_, got) = read(&ctx, new.join(PAGE_DATA_FILE).unwrap()).await;
+    let ids = got
+        .column(1)
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .unwrap();
+    assert_eq!(ids.len(), 70_000);
+    assert!(ids
+        .values()
+        .iter()
+        .zip(0u32..)
+        .all(|(a, o)| *a == row_address(10, o)));
+}

@@ -739,8 +739,8 @@ impl LanceFileReader {
     /// InvalidInput when the file has no buffer `index`; Corrupt, NotFound or
     /// External when it cannot be read.
     pub async fn read_global_buffer(&self, index: u32) -> Result<Bytes> {
-        let available = self.inner.reader.metadata().file_buffers.len();
-        if usize::try_from(index).map_or(true, |i| i >= available) {
+        let available = self.global_buffers();
+        if index >= available {
             return Err(Error::invalid_input(format!(
                 "global buffer {index} does not exist in Lance file {} ({available} buffers)",
                 self.inner.path
