@@ -26,8 +26,8 @@ pub use direct_local::{DirectLocalStore, DIRECT_WRITES_OPTION};
 pub use fault::{is_injected_fault, CallKind, FaultInjectingStore, FaultMode, InjectedFault};
 pub use lance_concat::{concat_lance_files, ConcatInput, ConcatOutcome};
 pub use lance_files::{
-    LanceFileReader, LanceFileSummary, LanceFileWriter, PageLayout, ReadMode, ReadOptions,
-    STREAMING_PAGE_BYTES, STREAMING_READ_BUFFER_BYTES,
+    ColumnRewriter, LanceFileReader, LanceFileSummary, LanceFileWriter, PageLayout, ReadMode,
+    ReadOptions, STREAMING_PAGE_BYTES, STREAMING_READ_BUFFER_BYTES,
 };
 pub use paths::{data_file_path, deletion_file_path, index_dir, manifest_path, RelativePath};
 pub use read_ahead::{read_ahead, WindowSize};

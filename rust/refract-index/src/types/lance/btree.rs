@@ -9,10 +9,12 @@
 //!   `max` (its last), `null_count`, `page_idx` (UInt32), with schema metadata
 //!   `batch_size` (default 4096) and `range_partitioned`.
 //!
-//! The remap streams the pages in order, checks each against its lookup row,
-//! translates the `ids` (at most [`MAX_TRANSLATION_BATCH`] per call), drops
-//! rows that are gone and re-cuts the survivors into pages of `batch_size`
-//! with a fresh lookup. Translation never changes a value, so the value
+//! The remap streams the pages in order, checks each against its lookup row
+//! and translates the `ids` (at most [`MAX_TRANSLATION_BATCH`] per call).
+//! While no row is gone, only `ids` is written anew: the values' encoded
+//! pages are copied and the lookup with them. Otherwise it drops the rows
+//! that are gone and re-cuts the survivors into pages of `batch_size` with a
+//! fresh lookup. Translation never changes a value, so the value
 //! order holds without sorting; addresses inside a run of equal values keep
 //! their stored order, as pylance's own remap leaves them. Memory: one page,
 //! one translation batch and the lookup (one row per page).
@@ -27,7 +29,9 @@ use async_trait::async_trait;
 use futures::TryStreamExt;
 use refract_core::{Error, Result};
 use refract_table::io::STREAMING_PAGE_BYTES;
-use refract_table::io::{LanceFileReader, LanceFileWriter, PageLayout, RelativePath};
+use refract_table::io::{
+    ColumnRewriter, LanceFileReader, LanceFileWriter, PageLayout, RelativePath,
+};
 use roaring::RoaringTreemap;
 
 use super::{column, create_like, open_file, LanceLayout};
@@ -75,6 +79,15 @@ impl LanceLayout for BTreeLayout {
         translator: &dyn Translator,
     ) -> Result<()> {
         let segment = Segment::open(ctx, old_dir).await?;
+        if rewrite_ids_only(ctx, &segment, new_dir, translator).await? {
+            return ctx
+                .store
+                .copy(
+                    &old_dir.join(PAGE_LOOKUP_FILE)?,
+                    &new_dir.join(PAGE_LOOKUP_FILE)?,
+                )
+                .await;
+        }
         let writer = create_like(
             ctx,
             &segment.data,
@@ -127,6 +140,44 @@ impl LanceLayout for BTreeLayout {
         writer.finish().await?;
         Ok(())
     }
+}
+
+/// The remap of a segment none of whose rows is gone: the pages keep their
+/// values and sizes, so only `ids` is written anew and the values' encoded
+/// pages are copied (each page is still read and checked against its
+/// lookup, which stays as it is). `Ok(false)`, with nothing written, when a
+/// row is gone or the file's layout cannot be copied page by page: then the
+/// pages are re-cut. The translation done up to a gone row is lost; the
+/// common compaction (no deletions) pays it never.
+async fn rewrite_ids_only(
+    ctx: &IndexContext,
+    segment: &Segment,
+    new_dir: &RelativePath,
+    translator: &dyn Translator,
+) -> Result<bool> {
+    let target = new_dir.join(PAGE_DATA_FILE)?;
+    let mut rewriter = match ColumnRewriter::start(&ctx.store, &segment.data, &target, IDS).await {
+        Ok(rewriter) => rewriter,
+        Err(Error::NotSupported { .. }) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let mut translation = AddressTranslation::default();
+    let mut pages = segment.pages().await?;
+    while let Some(page) = pages.next().await? {
+        let mut start = 0;
+        while start < page.num_rows() {
+            let len = MAX_TRANSLATION_BATCH.min(page.num_rows() - start);
+            let new = translation.translate(ids_of(&page.slice(start, len))?, translator)?;
+            if new.null_count() > 0 {
+                rewriter.abort().await;
+                return Ok(false);
+            }
+            rewriter.write(Arc::new(new)).await?;
+            start += len;
+        }
+    }
+    rewriter.finish().await?;
+    Ok(true)
 }
 
 /// An opened BTREE segment: its pages file and its lookup, checked against

@@ -11,9 +11,10 @@
 //!   metadata and the IVF model again.
 //!
 //! The remap rewrites `_rowid` in `auxiliary.idx` (at most
-//! [`MAX_TRANSLATION_BATCH`] addresses per call), copying every other column,
-//! the schema metadata and the global buffers as they are, and copies
-//! `index.idx`: vectors, codes and partitions do not change. That holds only
+//! [`MAX_TRANSLATION_BATCH`] addresses per call), copying every other
+//! column's encoded pages, the schema metadata and the global buffers as
+//! they are (a layout whose pages cannot be copied is decoded and encoded
+//! again, in windows of [`WINDOW_ROWS`]), and copies `index.idx`: vectors, codes and partitions do not change. That holds only
 //! while every row survives: a dropped row would move the partition offsets
 //! of both files (and IVF_PQ's transposed codes), which Refract does not
 //! rewrite yet, so the remap is NotSupported as soon as it meets one (the
@@ -28,7 +29,10 @@ use arrow_schema::DataType;
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use refract_core::{Error, Result};
-use refract_table::io::{read_ahead, PageLayout, RelativePath, WindowSize, STREAMING_PAGE_BYTES};
+use refract_table::io::{
+    read_ahead, ColumnRewriter, LanceFileReader, PageLayout, RelativePath, WindowSize,
+    STREAMING_PAGE_BYTES,
+};
 use roaring::RoaringTreemap;
 
 use super::{column, create_like, open_file, LanceLayout};
@@ -81,8 +85,8 @@ impl LanceLayout for IvfLayout {
         let index = open_file(ctx, old_dir, INDEX_FILE).await?;
         check_flat(&index.schema(), index.num_rows())?;
         let storage = open_file(ctx, old_dir, AUXILIARY_FILE).await?;
-        let schema = storage.schema();
-        if !schema
+        if !storage
+            .schema()
             .field_with_name(ROW_ID)
             .is_ok_and(|f| f.data_type() == &DataType::UInt64)
         {
@@ -91,54 +95,103 @@ impl LanceLayout for IvfLayout {
                 format!("{AUXILIARY_FILE} has no UInt64 {ROW_ID}"),
             ));
         }
-        let mut writer = create_like(
-            ctx,
-            &storage,
-            new_dir,
-            AUXILIARY_FILE,
-            schema.clone(),
-            PageLayout::Streaming {
-                page_bytes: STREAMING_PAGE_BYTES,
-            },
-        )
-        .await?;
-        // Same buffers in the same order: the indices the metadata names hold.
-        for buffer in 1..storage.global_buffers() {
-            writer.add_global_buffer(storage.read_global_buffer(buffer).await?)?;
-        }
-        let mut translation = AddressTranslation::default();
-        // Small windows, read ahead: vectors are wide, and one long range
-        // would keep far more of them in flight than is being rewritten.
-        let mut stream = read_ahead(&storage, WindowSize::rows(WINDOW_ROWS), READ_AHEAD)?;
-        while let Some(batch) = stream.try_next().await? {
-            let new = translation.translate(row_ids(&batch)?, translator)?;
-            if new.null_count() > 0 {
-                writer.abort().await;
-                return Err(Error::not_supported(format!(
-                    "{WHAT} {old_dir}: rows were dropped; partition offsets are not rewritten"
-                )));
+        let target = new_dir.join(AUXILIARY_FILE)?;
+        match ColumnRewriter::start(&ctx.store, &storage, &target, ROW_ID).await {
+            Ok(rewriter) => rewrite_row_ids(rewriter, &storage, translator, old_dir).await?,
+            // A layout whose pages cannot be copied: decode and encode it all.
+            Err(Error::NotSupported { .. }) => {
+                reencode(ctx, &storage, new_dir, translator, old_dir).await?
             }
-            let columns = schema
-                .fields()
-                .iter()
-                .zip(batch.columns())
-                .map(|(field, array)| {
-                    if field.name() == ROW_ID {
-                        Arc::new(new.clone()) as _
-                    } else {
-                        array.clone()
-                    }
-                })
-                .collect();
-            let out = RecordBatch::try_new(schema.clone(), columns)
-                .map_err(|e| Error::external("assembling remapped vector storage", e))?;
-            writer.write(&out).await?;
+            Err(e) => return Err(e),
         }
-        writer.finish().await?;
         ctx.store
             .copy(&old_dir.join(INDEX_FILE)?, &new_dir.join(INDEX_FILE)?)
             .await
     }
+}
+
+/// The partitions' row ids translated, every other column's pages copied.
+async fn rewrite_row_ids(
+    mut rewriter: ColumnRewriter,
+    storage: &LanceFileReader,
+    translator: &dyn Translator,
+    old_dir: &RelativePath,
+) -> Result<()> {
+    let mut translation = AddressTranslation::default();
+    let mut stream = storage
+        .read_range(0..storage.num_rows(), Some(&[ROW_ID]), batch_rows())
+        .await?;
+    while let Some(batch) = stream.try_next().await? {
+        let new = translation.translate(row_ids(&batch)?, translator)?;
+        if new.null_count() > 0 {
+            rewriter.abort().await;
+            return Err(rows_dropped(old_dir));
+        }
+        rewriter.write(Arc::new(new)).await?;
+    }
+    rewriter.finish().await?;
+    Ok(())
+}
+
+/// [`rewrite_row_ids`] for a layout whose pages cannot be copied: every
+/// column decoded and encoded again.
+async fn reencode(
+    ctx: &IndexContext,
+    storage: &LanceFileReader,
+    new_dir: &RelativePath,
+    translator: &dyn Translator,
+    old_dir: &RelativePath,
+) -> Result<()> {
+    let schema = storage.schema();
+    let mut writer = create_like(
+        ctx,
+        storage,
+        new_dir,
+        AUXILIARY_FILE,
+        schema.clone(),
+        PageLayout::Streaming {
+            page_bytes: STREAMING_PAGE_BYTES,
+        },
+    )
+    .await?;
+    // Same buffers in the same order: the indices the metadata names hold.
+    for buffer in 1..storage.global_buffers() {
+        writer.add_global_buffer(storage.read_global_buffer(buffer).await?)?;
+    }
+    let mut translation = AddressTranslation::default();
+    // Small windows, read ahead: vectors are wide, and one long range
+    // would keep far more of them in flight than is being rewritten.
+    let mut stream = read_ahead(storage, WindowSize::rows(WINDOW_ROWS), READ_AHEAD)?;
+    while let Some(batch) = stream.try_next().await? {
+        let new = translation.translate(row_ids(&batch)?, translator)?;
+        if new.null_count() > 0 {
+            writer.abort().await;
+            return Err(rows_dropped(old_dir));
+        }
+        let columns = schema
+            .fields()
+            .iter()
+            .zip(batch.columns())
+            .map(|(field, array)| {
+                if field.name() == ROW_ID {
+                    Arc::new(new.clone()) as _
+                } else {
+                    array.clone()
+                }
+            })
+            .collect();
+        let out = RecordBatch::try_new(schema.clone(), columns)
+            .map_err(|e| Error::external("assembling remapped vector storage", e))?;
+        writer.write(&out).await?;
+    }
+    writer.finish().await?;
+    Ok(())
+}
+
+fn rows_dropped(old_dir: &RelativePath) -> Error {
+    Error::not_supported(format!(
+        "{WHAT} {old_dir}: rows were dropped; partition offsets are not rewritten"
+    ))
 }
 
 /// Rows per read: one translation batch (65,536 fits in u32).

@@ -246,8 +246,13 @@ async fn a_btree_remap_recuts_pages_and_lookup_in_pylances_layout() {
     assert_eq!(stored, expected.iter().map(|(_, a)| *a).collect());
 }
 
+#[rstest::rstest]
+#[case::rows_gone(compaction())]
+#[case::every_row_kept(compaction_keeping_every_row())]
 #[tokio::test]
-async fn a_btree_page_that_disagrees_with_its_lookup_is_corrupt_and_nothing_is_written() {
+async fn a_btree_page_that_disagrees_with_its_lookup_is_corrupt_and_nothing_is_written(
+    #[case] remap: RowAddrRemap,
+) {
     let (ctx, _tmp) = context().await;
     let (old, new) = (seg("old"), seg("new"));
     let rows = sorted_rows();
@@ -289,17 +294,45 @@ async fn a_btree_page_that_disagrees_with_its_lookup_is_corrupt_and_nothing_is_w
     )
     .await;
     let err = LanceBTreeIndex::new()
-        .remap(&ctx, &old, b"", &new, &compaction())
+        .remap(&ctx, &old, b"", &new, &remap)
         .await
         .unwrap_err();
     assert!(
         matches!(&err, Error::Corrupt { .. }) && err.to_string().contains("page 2"),
         "{err}"
     );
-    assert!(matches!(
-        ctx.store.head(&new.join(PAGE_LOOKUP_FILE).unwrap()).await,
-        Err(Error::NotFound { .. })
-    ));
+    for file in [PAGE_LOOKUP_FILE, PAGE_DATA_FILE] {
+        assert!(matches!(
+            ctx.store.head(&new.join(file).unwrap()).await,
+            Err(Error::NotFound { .. })
+        ));
+    }
+}
+
+#[tokio::test]
+async fn a_btree_remap_that_drops_no_row_rewrites_ids_and_keeps_values_and_lookup() {
+    let (ctx, _tmp) = context().await;
+    let (old, new) = (seg("old"), seg("new"));
+    write_btree(&ctx, &old, 256, &[("batch_size", "256")]).await;
+    let remap = compaction_keeping_every_row();
+    LanceBTreeIndex::new()
+        .remap(&ctx, &old, b"", &new, &remap)
+        .await
+        .unwrap();
+    let (data, rows) = read(&ctx, new.join(PAGE_DATA_FILE).unwrap()).await;
+    let (was_data, was) = read(&ctx, old.join(PAGE_DATA_FILE).unwrap()).await;
+    assert_eq!(data.file_version().unwrap(), ConcreteFileVersion::V2_0);
+    assert_eq!(data.schema(), was_data.schema());
+    assert_eq!(rows.column(0), was.column(0));
+    let want: UInt64Array = sorted_rows()
+        .iter()
+        .map(|(_, a)| translate(&remap, *a))
+        .collect();
+    assert_eq!(rows.column(1).as_ref(), &want as &dyn Array);
+    let (lookup_file, lookup) = read(&ctx, new.join(PAGE_LOOKUP_FILE).unwrap()).await;
+    let (was_lookup_file, was_lookup) = read(&ctx, old.join(PAGE_LOOKUP_FILE).unwrap()).await;
+    assert_eq!(lookup, was_lookup);
+    assert_eq!(lookup_file.schema(), was_lookup_file.schema());
 }
 
 #[tokio::test]
@@ -587,23 +620,43 @@ fn compaction_keeping_every_row() -> RowAddrRemap {
 /// pylance's IVF files: `auxiliary.idx` (row ids by partition, codes, two
 /// global buffers) and an empty `index.idx` of sub-index `kind`.
 async fn write_ivf(ctx: &IndexContext, dir: &RelativePath, kind: &str) -> Vec<u64> {
+    write_ivf_storage(ctx, dir, kind, false).await
+}
+
+/// [`write_ivf`], the codes in a struct column of a v2.0 file when `nested`
+/// (two physical columns for one field: a layout whose pages are not
+/// copied).
+async fn write_ivf_storage(
+    ctx: &IndexContext,
+    dir: &RelativePath,
+    kind: &str,
+    nested: bool,
+) -> Vec<u64> {
     let ids: Vec<u64> = (0..FRAGMENTS)
         .flat_map(|f| (0..PER_FRAGMENT).map(move |o| row_address(f, o)))
         .rev()
         .collect();
+    let codes: Arc<dyn Array> = Arc::new(UInt32Array::from_iter_values(0..ids.len() as u32));
+    let (codes_field, codes) = if nested {
+        let inner = arrow_schema::Fields::from(vec![Field::new("c", DataType::UInt32, true)]);
+        let array = arrow_array::StructArray::new(inner.clone(), vec![codes], None);
+        (
+            Field::new("codes", DataType::Struct(inner), true),
+            Arc::new(array) as Arc<dyn Array>,
+        )
+    } else {
+        (Field::new("codes", DataType::UInt32, true), codes)
+    };
     let storage_schema = with_metadata(
         Schema::new(vec![
             Field::new("_rowid", DataType::UInt64, true),
-            Field::new("codes", DataType::UInt32, true),
+            codes_field,
         ]),
         &[("lance:ivf", "1"), ("distance_type", "l2")],
     );
     let batch = RecordBatch::try_new(
         storage_schema.clone(),
-        vec![
-            Arc::new(UInt64Array::from(ids.clone())),
-            Arc::new(UInt32Array::from_iter_values(0..ids.len() as u32)),
-        ],
+        vec![Arc::new(UInt64Array::from(ids.clone())), codes],
     )
     .unwrap();
     let mut writer = LanceFileWriter::create_versioned(
@@ -611,7 +664,11 @@ async fn write_ivf(ctx: &IndexContext, dir: &RelativePath, kind: &str) -> Vec<u6
         &dir.join(super::ivf::AUXILIARY_FILE).unwrap(),
         storage_schema,
         PageLayout::Buffered,
-        ConcreteFileVersion::V2_2,
+        if nested {
+            ConcreteFileVersion::V2_0
+        } else {
+            ConcreteFileVersion::V2_2
+        },
     )
     .await
     .unwrap();
@@ -640,19 +697,25 @@ async fn write_ivf(ctx: &IndexContext, dir: &RelativePath, kind: &str) -> Vec<u6
     ids
 }
 
+#[rstest::rstest]
+#[case::pages_copied(false)]
+#[case::reencoded(true)]
 #[tokio::test]
-async fn an_ivf_remap_rewrites_row_ids_only_and_keeps_buffers() {
+async fn an_ivf_remap_rewrites_row_ids_only_and_keeps_buffers(#[case] nested: bool) {
     let (ctx, _tmp) = context().await;
     let (old, new) = (seg("old"), seg("new"));
-    let ids = write_ivf(&ctx, &old, "IVF_PQ").await;
+    let ids = write_ivf_storage(&ctx, &old, "IVF_PQ", nested).await;
     let remap = compaction_keeping_every_row();
     LanceIndex::<super::ivf::IvfLayout>::new()
         .remap(&ctx, &old, b"", &new, &remap)
         .await
         .unwrap();
     let (file, got) = read(&ctx, new.join(super::ivf::AUXILIARY_FILE).unwrap()).await;
-    let (_, was) = read(&ctx, old.join(super::ivf::AUXILIARY_FILE).unwrap()).await;
-    assert_eq!(file.file_version().unwrap(), ConcreteFileVersion::V2_2);
+    let (was_file, was) = read(&ctx, old.join(super::ivf::AUXILIARY_FILE).unwrap()).await;
+    assert_eq!(
+        file.file_version().unwrap(),
+        was_file.file_version().unwrap()
+    );
     assert_eq!(file.schema(), was.schema());
     let want: UInt64Array = ids.iter().map(|a| translate(&remap, *a)).collect();
     assert_eq!(got.column(0).as_ref(), &want as &dyn Array);

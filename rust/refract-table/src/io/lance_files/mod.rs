@@ -184,6 +184,7 @@ pub(crate) fn check_footer_fits(path: &RelativePath, size: u64) -> Result<()> {
     Ok(())
 }
 
+mod column_rewrite;
 mod in_memory;
 mod options;
 #[cfg(test)]
@@ -191,6 +192,7 @@ mod prefetch_tests;
 mod reader;
 mod writer;
 
+pub use column_rewrite::ColumnRewriter;
 pub use options::{PageLayout, ReadMode, ReadOptions};
 pub use reader::LanceFileReader;
 pub(crate) use writer::written_summary;

@@ -136,6 +136,7 @@ async fn open_reader(
     };
     let options = FileReaderOptions::default();
     let io = Arc::new(LanceEncodingsIo::new(file).with_read_chunk_size(options.read_chunk_size));
+    let raw_io = io.clone();
     let reader = FileReader::try_open_with_file_metadata(
         io,
         path.to_object_path(),
@@ -151,6 +152,7 @@ async fn open_reader(
     Ok(LanceFileReader {
         inner: Arc::new(ReaderInner {
             reader,
+            io: raw_io,
             schema,
             path,
             size,
@@ -214,6 +216,8 @@ pub(super) fn check_batch_matches(
 
 struct ReaderInner {
     reader: FileReader,
+    /// The reader's I/O, for copying encoded pages without decoding them.
+    io: Arc<LanceEncodingsIo>,
     schema: SchemaRef,
     path: RelativePath,
     /// The file's bytes.
@@ -751,6 +755,47 @@ impl LanceFileReader {
             .read_global_buffer(index)
             .await
             .map_err(|e| lance_error("reading a global buffer of", &self.inner.path, e, false))
+    }
+}
+
+/// What copying a file's encoded pages needs (see `column_rewrite`).
+impl LanceFileReader {
+    /// Lance's metadata of the file: its columns' pages and encodings.
+    pub(super) fn metadata(&self) -> &Arc<CachedFileMetadata> {
+        self.inner.reader.metadata()
+    }
+
+    /// Lance's schema of the file (field ids and schema metadata).
+    pub(super) fn lance_schema(&self) -> &Arc<lance_core::datatypes::Schema> {
+        self.inner.reader.schema()
+    }
+
+    /// The bytes of `ranges`, as stored: one `Bytes` per range.
+    ///
+    /// # Errors
+    /// Corrupt when the store returns other lengths than asked for (or the
+    /// file fails its checksum); NotFound or External from the store.
+    pub(super) async fn read_raw(&self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>> {
+        use lance_encoding::EncodingsIo;
+        let expected: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
+        let data = self
+            .inner
+            .io
+            .submit_request(ranges, 0)
+            .await
+            .map_err(|e| lance_error("reading pages of", &self.inner.path, e, false))?;
+        let lengths_match = data.len() == expected.len()
+            && data
+                .iter()
+                .zip(&expected)
+                .all(|(d, e)| d.len() as u64 == *e);
+        if !lengths_match {
+            return Err(Error::corrupt(
+                format!("Lance file {}", self.inner.path),
+                "a page read returned other lengths than its metadata names",
+            ));
+        }
+        Ok(data)
     }
 }
 
