@@ -13,13 +13,15 @@
 //! The new column is encoded in chunks of [`CHUNK_BYTES`]: each chunk is
 //! written as a small Lance file in memory with the column's own field, and
 //! its page buffers are appended like the copied ones. Memory: one chunk,
-//! its encoding, and [`COPY_BATCH_BYTES`] of copied pages.
+//! its encoding, [`COPY_READ_AHEAD`] pieces of [`COPY_PIECE_BYTES`] of
+//! copied pages and one upload part.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{Schema as ArrowSchema, SchemaRef};
+use futures::{stream, StreamExt};
 use lance_encoding::decoder::{ColumnInfo, PageInfo};
 use lance_file::reader::FileReader;
 use lance_file::versions;
@@ -30,9 +32,12 @@ use object_store::path::Path;
 use super::*;
 
 /// Bytes of new column values encoded as one chunk (one page or a few).
-const CHUNK_BYTES: usize = 4 << 20;
-/// Bytes of copied pages read in one request batch.
-const COPY_BATCH_BYTES: u64 = 16 << 20;
+const CHUNK_BYTES: usize = 1 << 20;
+/// Bytes of a copied page read at once: a multiple of Lance's 64-byte
+/// buffer alignment, so a buffer's pieces append without padding.
+const COPY_PIECE_BYTES: u64 = 2 << 20;
+/// Pieces read ahead of the writes: reading overlaps writing.
+const COPY_READ_AHEAD: usize = 2;
 
 /// Writes a copy of a Lance file with one top-level column's values
 /// replaced, copying the other columns' encoded pages (see the module docs).
@@ -124,13 +129,18 @@ impl ColumnRewriter {
             .map_err(|e| Error::corrupt(format!("Lance file {}", source.path()), e.to_string()))?;
         let chunk_arrow = Arc::new(ArrowSchema::from(&chunk_schema));
         ensure_absent(store, output).await?;
-        let object_writer = store
-            .lance_store()
-            .create(&output.to_object_path())
-            .await
-            .map_err(|e| lance_error("creating", output, e, false))?;
+        // Parts of a page's size (or the store's minimum): Lance's own
+        // writer would buffer far more of a file written this fast.
+        let part_bytes = usize::try_from(STREAMING_PAGE_BYTES)
+            .unwrap_or(usize::MAX)
+            .max(store.min_part_bytes());
+        let object_writer = StreamingUpload::new(
+            store.object_store().clone(),
+            output.to_object_path(),
+            part_bytes,
+        );
         let checksum = ChecksumHandle::default();
-        let object_writer = ChecksummingWriter::new(object_writer, checksum.clone());
+        let object_writer = ChecksummingWriter::new(Box::new(object_writer), checksum.clone());
         let writer = versions::create_lazy_writer(
             version,
             Box::new(object_writer),
@@ -236,50 +246,56 @@ impl ColumnRewriter {
         )
     }
 
-    /// Copies `pages` of the source (buffers appended to the new file).
+    /// Copies `pages` of the source (buffers appended to the new file),
+    /// read in pieces of at most [`COPY_PIECE_BYTES`], [`COPY_READ_AHEAD`]
+    /// pieces ahead of the writes so reading overlaps writing.
     async fn copy_pages(&mut self, pages: &[PageInfo]) -> Result<Vec<PageInfo>> {
-        let mut copied = Vec::with_capacity(pages.len());
-        let mut next = 0;
-        while next < pages.len() {
-            // Pages until the batch would pass COPY_BATCH_BYTES (at least one).
-            let start = next;
-            let mut batch_bytes = 0u64;
-            while next < pages.len() {
-                let bytes: u64 = pages[next]
-                    .buffer_offsets_and_sizes
-                    .iter()
-                    .map(|(_, size)| size)
-                    .sum();
-                if next > start && batch_bytes + bytes > COPY_BATCH_BYTES {
-                    break;
+        let pieces = copy_pieces(pages);
+        let source = self.source.clone();
+        let mut reads = stream::iter(pieces.clone().into_iter().map(|piece| {
+            let source = source.clone();
+            async move {
+                if piece.range.is_empty() {
+                    return Ok(bytes::Bytes::new());
                 }
-                batch_bytes += bytes;
-                next += 1;
+                let mut read = source.read_raw(vec![piece.range]).await?;
+                // read_raw returns one buffer per range asked for.
+                Ok(read.pop().unwrap_or_default())
             }
-            let ranges: Vec<Range<u64>> = pages[start..next]
-                .iter()
-                .flat_map(|page| page.buffer_offsets_and_sizes.iter())
-                .map(|&(offset, size)| offset..offset.saturating_add(size))
-                .collect();
-            let mut data = self.source.read_raw(ranges).await?.into_iter();
-            for page in &pages[start..next] {
-                let mut buffers = Vec::with_capacity(page.buffer_offsets_and_sizes.len());
-                for _ in page.buffer_offsets_and_sizes.iter() {
-                    // read_raw returned one buffer per range asked for.
-                    let bytes = data
-                        .next()
-                        .ok_or_else(|| self.unexpected("a page read returned fewer buffers"))?;
-                    buffers.push(self.append(&bytes).await?);
-                }
-                copied.push(PageInfo {
-                    num_rows: page.num_rows,
-                    priority: page.priority,
-                    encoding: page.encoding.clone(),
-                    buffer_offsets_and_sizes: Arc::from(buffers),
-                });
+        }))
+        .buffered(COPY_READ_AHEAD);
+        let mut buffers: Vec<Vec<(u64, u64)>> = pages
+            .iter()
+            .map(|p| Vec::with_capacity(p.buffer_offsets_and_sizes.len()))
+            .collect();
+        for piece in pieces {
+            let bytes: bytes::Bytes = reads
+                .next()
+                .await
+                .ok_or_else(|| self.unexpected("a page read ended early"))??;
+            let (start, size) = self.append(&bytes).await?;
+            let page = &mut buffers[piece.page];
+            if piece.first_of_buffer {
+                page.push((start, size));
+            } else {
+                // Every piece but a buffer's last is a multiple of the
+                // alignment, so the next one is appended without padding.
+                let Some(last) = page.last_mut().filter(|(s, n)| s + n == start) else {
+                    return Err(self.unexpected("a copied page buffer was not contiguous"));
+                };
+                last.1 += size;
             }
         }
-        Ok(copied)
+        Ok(pages
+            .iter()
+            .zip(buffers)
+            .map(|(page, buffers)| PageInfo {
+                num_rows: page.num_rows,
+                priority: page.priority,
+                encoding: page.encoding.clone(),
+                buffer_offsets_and_sizes: Arc::from(buffers),
+            })
+            .collect())
     }
 
     /// Copies the other columns and the global buffers, writes the footer
@@ -376,6 +392,40 @@ impl ColumnRewriter {
     pub async fn abort(mut self) {
         self.writer.abort().await;
     }
+}
+
+/// One read of a page copy: `range` of the source, part of a buffer of
+/// page `page` (its first part when `first_of_buffer`).
+#[derive(Debug, Clone)]
+struct Piece {
+    page: usize,
+    first_of_buffer: bool,
+    range: Range<u64>,
+}
+
+/// Every buffer of `pages` cut into pieces of at most [`COPY_PIECE_BYTES`]
+/// (an empty buffer is one empty piece).
+fn copy_pieces(pages: &[PageInfo]) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    for (page, info) in pages.iter().enumerate() {
+        for &(offset, size) in info.buffer_offsets_and_sizes.iter() {
+            let end = offset.saturating_add(size);
+            let mut start = offset;
+            loop {
+                let stop = end.min(start.saturating_add(COPY_PIECE_BYTES));
+                pieces.push(Piece {
+                    page,
+                    first_of_buffer: start == offset,
+                    range: start..stop,
+                });
+                start = stop;
+                if start >= end {
+                    break;
+                }
+            }
+        }
+    }
+    pieces
 }
 
 /// Where a chunk lives in its in-memory store.

@@ -15,7 +15,7 @@ use lance_file::reader::{CachedFileMetadata, FileReader, FileReaderOptions, Read
 use lance_file::versions;
 use lance_file::LanceEncodingsIo;
 use lance_io::object_store::ObjectStore as LanceObjectStore;
-use lance_io::scheduler::{ScanScheduler, SchedulerConfig};
+use lance_io::scheduler::{FileScheduler, ScanScheduler, SchedulerConfig};
 
 use super::*;
 
@@ -135,8 +135,8 @@ async fn open_reader(
         }
     };
     let options = FileReaderOptions::default();
+    let raw = file.clone();
     let io = Arc::new(LanceEncodingsIo::new(file).with_read_chunk_size(options.read_chunk_size));
-    let raw_io = io.clone();
     let reader = FileReader::try_open_with_file_metadata(
         io,
         path.to_object_path(),
@@ -152,7 +152,7 @@ async fn open_reader(
     Ok(LanceFileReader {
         inner: Arc::new(ReaderInner {
             reader,
-            io: raw_io,
+            raw,
             schema,
             path,
             size,
@@ -216,8 +216,9 @@ pub(super) fn check_batch_matches(
 
 struct ReaderInner {
     reader: FileReader,
-    /// The reader's I/O, for copying encoded pages without decoding them.
-    io: Arc<LanceEncodingsIo>,
+    /// The reader's scheduler, for copying encoded pages without decoding
+    /// them (Lance's decoding I/O would split and reassemble big pages).
+    raw: FileScheduler,
     schema: SchemaRef,
     path: RelativePath,
     /// The file's bytes.
@@ -776,11 +777,10 @@ impl LanceFileReader {
     /// Corrupt when the store returns other lengths than asked for (or the
     /// file fails its checksum); NotFound or External from the store.
     pub(super) async fn read_raw(&self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>> {
-        use lance_encoding::EncodingsIo;
         let expected: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
         let data = self
             .inner
-            .io
+            .raw
             .submit_request(ranges, 0)
             .await
             .map_err(|e| lance_error("reading pages of", &self.inner.path, e, false))?;
