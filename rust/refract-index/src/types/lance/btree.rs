@@ -103,10 +103,7 @@ impl LanceLayout for BTreeLayout {
         let mut translation = AddressTranslation::default();
         let mut pages = segment.pages().await?;
         while let Some(page) = pages.next().await? {
-            let mut start = 0;
-            while start < page.num_rows() {
-                let len = MAX_TRANSLATION_BATCH.min(page.num_rows() - start);
-                let piece = page.slice(start, len);
+            for piece in translation_batches(&page) {
                 let new = translation.translate(ids_of(&piece)?, translator)?;
                 let values = column(&piece, VALUES, None, WHAT)?;
                 let (values, new): (ArrayRef, ArrayRef) = if new.null_count() == 0 {
@@ -123,7 +120,6 @@ impl LanceLayout for BTreeLayout {
                 let rows = RecordBatch::try_new(piece.schema(), vec![values, new])
                     .map_err(|e| Error::external("assembling remapped BTREE rows", e))?;
                 cutter.push(&rows).await?;
-                start += len;
             }
         }
         let lookup = cutter.finish(&segment.lookup.schema()).await?;
@@ -164,20 +160,24 @@ async fn rewrite_ids_only(
     let mut translation = AddressTranslation::default();
     let mut pages = segment.pages().await?;
     while let Some(page) = pages.next().await? {
-        let mut start = 0;
-        while start < page.num_rows() {
-            let len = MAX_TRANSLATION_BATCH.min(page.num_rows() - start);
-            let new = translation.translate(ids_of(&page.slice(start, len))?, translator)?;
+        for piece in translation_batches(&page) {
+            let new = translation.translate(ids_of(&piece)?, translator)?;
             if new.null_count() > 0 {
                 rewriter.abort().await;
                 return Ok(false);
             }
             rewriter.write(Arc::new(new)).await?;
-            start += len;
         }
     }
     rewriter.finish().await?;
     Ok(true)
+}
+
+/// `page` in slices of at most [`MAX_TRANSLATION_BATCH`] rows, in order.
+fn translation_batches(page: &RecordBatch) -> impl Iterator<Item = RecordBatch> + '_ {
+    (0..page.num_rows())
+        .step_by(MAX_TRANSLATION_BATCH)
+        .map(|start| page.slice(start, MAX_TRANSLATION_BATCH.min(page.num_rows() - start)))
 }
 
 /// An opened BTREE segment: its pages file and its lookup, checked against

@@ -29,6 +29,7 @@ use lance_file::writer::{FileWriter, FileWriterOptions};
 use lance_io::object_store::ObjectStore as LanceObjectStore;
 use object_store::path::Path;
 
+use super::writer::{add_global_buffer_at, finish_file};
 use super::*;
 
 /// Bytes of new column values encoded as one chunk (one page or a few).
@@ -362,30 +363,9 @@ impl ColumnRewriter {
             .map_err(|e| lance_error("writing", &self.path, e, false))?;
         for buffer in 1..self.source.global_buffers() {
             let bytes = self.source.read_global_buffer(buffer).await?;
-            let index = self
-                .writer
-                .add_global_buffer(bytes)
-                .await
-                .map_err(|e| lance_error("writing a global buffer of", &self.path, e, false))?;
-            if index != buffer {
-                return Err(self.unexpected("a global buffer moved to another index"));
-            }
+            add_global_buffer_at(&mut self.writer, &self.path, bytes, buffer).await?;
         }
-        let written = self
-            .writer
-            .finish()
-            .await
-            .map_err(|e| lance_error("finishing", &self.path, e, false))?;
-        let mut summary = written_summary(
-            &self.path,
-            written.num_rows,
-            written.size_bytes,
-            &self.checksum,
-        )?;
-        summary.field_columns = self.writer.field_id_to_column_indices().to_vec();
-        self.store
-            .record_written(&self.path, summary.size_bytes, summary.checksum.clone());
-        Ok(summary)
+        finish_file(&mut self.writer, &self.path, &self.checksum, &self.store).await
     }
 
     /// Abandons the file; nothing becomes visible.

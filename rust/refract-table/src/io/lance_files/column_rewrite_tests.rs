@@ -99,6 +99,14 @@ async fn rewrite_ids(
     rewriter.finish().await
 }
 
+/// Why the rewrite of `_rowid` from `from` to `to` cannot start.
+async fn start_err(store: &DatasetStore, from: &LanceFileReader, to: &RelativePath) -> Error {
+    match ColumnRewriter::start(store, from, to, "_rowid").await {
+        Ok(_) => panic!("the rewrite of {to} started"),
+        Err(e) => e,
+    }
+}
+
 #[rstest]
 #[case::v2_0(ConcreteFileVersion::V2_0)]
 #[case::v2_2(ConcreteFileVersion::V2_2)]
@@ -211,10 +219,7 @@ async fn a_struct_column_is_not_supported_before_anything_is_written() {
         .await
         .unwrap();
     let to = path("d/new.lance");
-    let err = ColumnRewriter::start(&store, &old, &to, "_rowid")
-        .await
-        .err()
-        .unwrap();
+    let err = start_err(&store, &old, &to).await;
     assert!(
         matches!(&err, Error::NotSupported { message } if message.contains("\"s\"")),
         "{err:?}"
@@ -227,13 +232,42 @@ async fn an_existing_output_is_refused() {
     let store = memory_store().await;
     let at = path("e/old.lance");
     let old = source(&store, &at, 10, ConcreteFileVersion::V2_0).await;
-    let err = ColumnRewriter::start(&store, &old, &at, "_rowid")
-        .await
-        .err()
-        .unwrap();
+    let err = start_err(&store, &old, &at).await;
     assert!(
         matches!(&err, Error::InvalidInput { message } if message.contains("already exists")),
         "{err:?}"
     );
     assert_eq!(old.read_all(None).await.unwrap()[0].num_rows(), 10);
+}
+
+#[test]
+fn page_buffers_are_read_in_bounded_aligned_contiguous_pieces() {
+    use lance_encoding::decoder::PageEncoding;
+    use lance_encoding::format::pb;
+    let buffers = [(64, COPY_PIECE_BYTES * 2 + 100), (0, 0), (1 << 30, 10)];
+    let page = PageInfo {
+        num_rows: 1,
+        priority: 0,
+        encoding: PageEncoding::Legacy(pb::ArrayEncoding::default()),
+        buffer_offsets_and_sizes: Arc::from(buffers.to_vec()),
+    };
+    let pieces = copy_pieces(std::slice::from_ref(&page));
+    let ranges: Vec<_> = pieces
+        .iter()
+        .map(|p| (p.first_of_buffer, p.range.clone()))
+        .collect();
+    let (a, b) = (64, 64 + COPY_PIECE_BYTES);
+    let c = b + COPY_PIECE_BYTES;
+    assert_eq!(
+        ranges,
+        vec![
+            (true, a..b),
+            (false, b..c),
+            (false, c..c + 100),
+            (true, 0..0),
+            (true, (1 << 30)..(1 << 30) + 10),
+        ]
+    );
+    // Every piece but a buffer's last keeps the next one aligned.
+    assert_eq!(COPY_PIECE_BYTES % 64, 0);
 }

@@ -230,41 +230,65 @@ impl LanceFileWriter {
             .into_iter()
             .enumerate()
         {
-            let index = self
-                .inner
-                .add_global_buffer(bytes)
-                .await
-                .map_err(|e| lance_error("writing a global buffer of", &self.path, e, false))?;
-            // Indices were promised at queue time; refuse to write a file that breaks them.
-            if usize::try_from(index).ok() != Some(position + 1) {
+            let expected = u32::try_from(position + 1).unwrap_or(u32::MAX);
+            if let Err(e) = add_global_buffer_at(&mut self.inner, &self.path, bytes, expected).await
+            {
                 self.inner.abort().await;
-                return Err(Error::corrupt(
-                    format!("Lance file {}", self.path),
-                    format!("global buffer {} was stored at index {index}", position + 1),
-                ));
+                return Err(e);
             }
         }
-        let summary = self
-            .inner
-            .finish()
-            .await
-            .map_err(|e| lance_error("finishing", &self.path, e, false))?;
-        let mut summary = written_summary(
-            &self.path,
-            summary.num_rows,
-            summary.size_bytes,
-            &self.checksum,
-        )?;
-        summary.field_columns = self.inner.field_id_to_column_indices().to_vec();
-        self.store
-            .record_written(&self.path, summary.size_bytes, summary.checksum.clone());
-        Ok(summary)
+        finish_file(&mut self.inner, &self.path, &self.checksum, &self.store).await
     }
 
     /// Abandons the file; nothing becomes visible.
     pub async fn abort(mut self) {
         self.inner.abort().await;
     }
+}
+
+/// Adds global buffer `bytes` to `inner`, which must store it at index
+/// `expected` (the index its readers were promised).
+///
+/// # Errors
+/// External when writing fails; Corrupt when Lance stores it elsewhere.
+pub(super) async fn add_global_buffer_at(
+    inner: &mut FileWriter,
+    path: &RelativePath,
+    bytes: Bytes,
+    expected: u32,
+) -> Result<()> {
+    let index = inner
+        .add_global_buffer(bytes)
+        .await
+        .map_err(|e| lance_error("writing a global buffer of", path, e, false))?;
+    if index != expected {
+        return Err(Error::corrupt(
+            format!("Lance file {path}"),
+            format!("global buffer {expected} was stored at index {index}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Finishes `inner` (every byte of which went through `checksum`) and
+/// records the file in `store`.
+///
+/// # Errors
+/// External when writing fails or the checksummed bytes do not add up.
+pub(super) async fn finish_file(
+    inner: &mut FileWriter,
+    path: &RelativePath,
+    checksum: &ChecksumHandle,
+    store: &DatasetStore,
+) -> Result<LanceFileSummary> {
+    let written = inner
+        .finish()
+        .await
+        .map_err(|e| lance_error("finishing", path, e, false))?;
+    let mut summary = written_summary(path, written.num_rows, written.size_bytes, checksum)?;
+    summary.field_columns = inner.field_id_to_column_indices().to_vec();
+    store.record_written(path, summary.size_bytes, summary.checksum.clone());
+    Ok(summary)
 }
 
 /// The summary of a finished file whose bytes went through `checksum`.
